@@ -1,0 +1,41 @@
+# One entry point for students, instructors and CI. `make` alone lists the targets.
+.DEFAULT_GOAL := help
+PYTHON ?= python3
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+# nbgrader runs `alembic` as a subprocess when it makes a gradebook: the venv must be on PATH.
+export PATH := $(BIN):$(PATH)
+
+.PHONY: help setup lab test release bench clean
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+setup: $(VENV)/.installed ## create .venv: pinned packages, the torchcourse helpers, nbgrader's extensions
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt -e .
+	for extension in formgrader validate_assignment assignment_list course_list; do \
+	  $(BIN)/jupyter server extension enable --sys-prefix nbgrader.server_extensions.$$extension || exit 1; done
+	$(BIN)/jupyter labextension enable @jupyter/nbgrader
+	touch $@
+
+lab: setup ## open JupyterLab on notebooks/ (runs setup first if needed)
+	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks
+
+test: setup ## run the course's whole test suite (TESTS=... to pick, e.g. TESTS="-k ex4_sliding_window")
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup $(TESTS)
+
+release: setup ## regenerate the student notebooks/ from solutions/ with nbgrader
+	rm -rf notebooks
+	$(BIN)/nbgrader generate_assignment "*" --force --no-db --log-level=WARN
+
+bench: setup ## print the wall time of executing each solution notebook
+	$(BIN)/python tests/benchmark.py
+
+clean: ## remove grading scratch and caches (keeps .venv)
+	rm -rf autograder/submitted autograder/autograded autograder/feedback autograder/gradebook.db .pytest_cache
+	find . -name __pycache__ -not -path "./$(VENV)/*" -prune -exec rm -rf {} +

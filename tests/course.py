@@ -1,0 +1,105 @@
+"""What the course's tests share: where things are, reading notebooks, running them, running nbgrader."""
+
+import os
+import runpy
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def assignments() -> list[str]:
+    """Assignment names: the folders under solutions/, in course order."""
+    return sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir())
+
+
+def source_path(assignment: str) -> Path:
+    """The one solution notebook of an assignment."""
+    (path,) = (ROOT / "solutions" / assignment).glob("*.ipynb")
+    return path
+
+
+def release_path(assignment: str) -> Path:
+    """The committed student version of an assignment's notebook."""
+    return ROOT / "notebooks" / assignment / source_path(assignment).name
+
+
+def read(path: Path) -> nbformat.NotebookNode:
+    return nbformat.read(path, as_version=4)
+
+
+def grading(cell) -> dict:
+    """The cell's nbgrader metadata ({} for a lesson cell)."""
+    return cell.metadata.get("nbgrader", {})
+
+
+def answer_ids(nb) -> list[str]:
+    """grade_ids of the answer (solution) cells, one per exercise, in order."""
+    return [grading(c)["grade_id"] for c in nb.cells if grading(c).get("solution")]
+
+
+def graded_cells_of(nb, answer_id: str) -> list[str]:
+    """grade_ids of the test cells of one exercise: named after its answer cell."""
+    return [grading(c)["grade_id"] for c in nb.cells
+            if grading(c).get("grade") and grading(c)["grade_id"].startswith(answer_id + "_")]
+
+
+def hidden_test_lines(nb) -> tuple[list[str], set[str]]:
+    """Non-blank lines inside the hidden-test markers of a source notebook, and the set of lines outside them."""
+    hidden, visible, inside = [], set(), False
+    for cell in nb.cells:
+        for line in cell.source.splitlines():
+            if "### BEGIN HIDDEN TESTS" in line:
+                inside = True
+            elif "### END HIDDEN TESTS" in line:
+                inside = False
+            elif line.strip():
+                (hidden.append if inside else visible.add)(line.strip())
+    return hidden, visible
+
+
+def with_answers(nb, answers: dict[str, str]):
+    """A copy of notebook `nb` whose answer cells (by grade_id) hold the given code."""
+    nb = nbformat.from_dict(nb)
+    for cell in nb.cells:
+        if grading(cell).get("grade_id") in answers:
+            cell.source = answers[grading(cell)["grade_id"]]
+    return nb
+
+
+def solution_answers(assignment: str) -> dict[str, str]:
+    """The reference answer of every exercise, as a student would type it (markers removed)."""
+    answers = {}
+    for cell in read(source_path(assignment)).cells:
+        if grading(cell).get("solution"):
+            answers[grading(cell)["grade_id"]] = "\n".join(
+                line for line in cell.source.splitlines() if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line)
+    return answers
+
+
+def wrong_answers(assignment: str) -> dict:
+    """The assignment's catalogue in tests/wrong_answers/: WRONG and NOISY_BUT_RIGHT, {grade_id: {why: code}}."""
+    return runpy.run_path(str(ROOT / "tests" / "wrong_answers" / f"{assignment}.py"))
+
+
+def execute(path: Path, timeout: int = 120) -> tuple[nbformat.NotebookNode, float]:
+    """Run a notebook top to bottom in a fresh kernel, in its own folder as Jupyter does; return it and the seconds taken."""
+    nb = read(path)
+    start = time.perf_counter()
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    return nb, time.perf_counter() - start
+
+
+def nbgrader(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """Run the nbgrader command line in a course folder; raise with its output if it fails."""
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")  # nbgrader calls `alembic`
+    result = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    if result.returncode:
+        raise RuntimeError(f"nbgrader {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result

@@ -1,0 +1,106 @@
+"""nbgrader itself grades each notebook: solutions get full marks, unedited notebooks 0, wrong answers lose points."""
+
+import shutil
+
+import nbformat
+import pytest
+from nbgrader.api import Gradebook
+
+from course import (ROOT, answer_ids, assignments, grading, nbgrader, read, solution_answers, source_path,
+                    graded_cells_of, with_answers, wrong_answers)
+
+
+def class_of(assignment: str, release) -> dict:
+    """Every submission graded for one assignment: the solution, the unedited notebook, each catalogued answer."""
+    right = solution_answers(assignment)
+    students = {"solution": with_answers(release, right), "unedited": release}
+    for kind, key in (("wrong", "WRONG"), ("noisy", "NOISY_BUT_RIGHT")):
+        for answer_id, variants in wrong_answers(assignment)[key].items():
+            for k, code in enumerate(variants.values()):
+                students[f"{kind}-{answer_id}-{k}"] = with_answers(release, {**right, answer_id: code.strip()})
+    return students
+
+
+def grade_class(assignment: str, workdir) -> tuple[dict, object]:
+    """Release, submit and autograde the whole class of one assignment in a scratch course, in one nbgrader run."""
+    shutil.copytree(ROOT / "solutions" / assignment, workdir / "solutions" / assignment)
+    shutil.copy(ROOT / "nbgrader_config.py", workdir)
+    (workdir / "autograder").mkdir()  # holds the gradebook, as in the repository
+    nbgrader("generate_assignment", assignment, "--force", cwd=workdir)
+    name = source_path(assignment).name
+    students = class_of(assignment, read(workdir / "notebooks" / assignment / name))
+    for student, nb in students.items():
+        target = workdir / "autograder" / "submitted" / student / assignment / name
+        target.parent.mkdir(parents=True)
+        nbformat.write(nb, target)
+    nbgrader("autograde", assignment, "--create", cwd=workdir)
+    with Gradebook(f"sqlite:///{workdir}/autograder/gradebook.db") as gradebook:
+        scores = {student: {g.name: (g.score, g.max_score)
+                            for g in gradebook.find_submission_notebook(name.removesuffix(".ipynb"), assignment, student).grades}
+                  for student in students}
+    return scores, lambda student: read(workdir / "autograder" / "autograded" / student / assignment / name)
+
+
+@pytest.fixture(scope="session")
+def graded(tmp_path_factory):
+    """graded(assignment) -> (scores by student and grade_id, autograded notebook by student); one run per assignment."""
+    cache = {}
+
+    def grade(assignment):
+        if assignment not in cache:
+            cache[assignment] = grade_class(assignment, tmp_path_factory.mktemp(f"grade-{assignment}"))
+        return cache[assignment]
+    return grade
+
+
+def exercise_score(scores: dict, assignment: str, answer_id: str) -> tuple[float, float]:
+    cells = graded_cells_of(read(source_path(assignment)), answer_id)
+    return sum(scores[c][0] for c in cells), sum(scores[c][1] for c in cells)
+
+
+def by_assignment(params):
+    """Keep one assignment's grading tests on one xdist worker, so its class is graded once."""
+    return [pytest.param(*p, marks=pytest.mark.xdist_group(f"grade-{p[0]}"), id="-".join(map(str, p))) for p in params]
+
+
+def catalogue(key: str):
+    return by_assignment([(a, answer_id, why) for a in assignments()
+                          for answer_id, variants in wrong_answers(a)[key].items() for why in variants])
+
+
+@pytest.mark.parametrize("assignment", by_assignment([(a,) for a in assignments()]))
+def test_solution_scores_full_marks(graded, assignment):
+    scores, _ = graded(assignment)
+    lost = {cell: s for cell, s in scores["solution"].items() if s[0] != s[1]}
+    assert sum(m for _, m in scores["solution"].values()) > 0
+    assert not lost, f"the solution loses points in {lost}"
+
+
+@pytest.mark.parametrize("assignment", by_assignment([(a,) for a in assignments()]))
+def test_unedited_notebook_scores_zero_and_its_lesson_runs(graded, assignment):
+    scores, autograded = graded(assignment)
+    earned = {cell: s for cell, s in scores["unedited"].items() if s[0] != 0}
+    assert not earned, f"an unedited notebook earns points in {earned}"
+    lesson_errors = [cell.id for cell in autograded("unedited").cells if cell.cell_type == "code" and not grading(cell)
+                     and any(o.output_type == "error" for o in cell.outputs)]
+    assert not lesson_errors, f"lesson cells fail while the exercises are unanswered: {lesson_errors}"
+
+
+@pytest.mark.parametrize("assignment, answer_id, why", catalogue("WRONG"))
+def test_wrong_answer_loses_its_points_only(graded, assignment, answer_id, why):
+    scores, _ = graded(assignment)
+    student = f"wrong-{answer_id}-{list(wrong_answers(assignment)['WRONG'][answer_id]).index(why)}"
+    for exercise in answer_ids(read(source_path(assignment))):
+        got, best = exercise_score(scores[student], assignment, exercise)
+        if exercise == answer_id:
+            assert got < best, f"'{why}' keeps all {best} points of {exercise}"
+        else:
+            assert got == best, f"'{why}' in {answer_id} costs points in {exercise}: {got}/{best}"
+
+
+@pytest.mark.parametrize("assignment, answer_id, why", catalogue("NOISY_BUT_RIGHT"))
+def test_right_answer_writing_to_stderr_keeps_its_points(graded, assignment, answer_id, why):
+    scores, autograded = graded(assignment)
+    student = f"noisy-{answer_id}-{list(wrong_answers(assignment)['NOISY_BUT_RIGHT'][answer_id]).index(why)}"
+    lost = {cell: s for cell, s in scores[student].items() if s[0] != s[1]}
+    assert not lost, f"a right answer that {why} loses points in {lost}"

@@ -1,0 +1,59 @@
+"""The committed notebooks are clean sources: no outputs, stable ids, well-formed nbgrader cells."""
+
+import re
+
+import pytest
+
+from course import ROOT, answer_ids, assignments, grading, read, source_path, graded_cells_of, wrong_answers
+
+ALL_NOTEBOOKS = sorted((ROOT / "solutions").rglob("*.ipynb")) + sorted((ROOT / "notebooks").rglob("*.ipynb"))
+
+
+def test_course_layout():
+    assert assignments(), "no assignment under solutions/"
+    assert sorted(p.name for p in (ROOT / "notebooks").iterdir()) == assignments()
+    for assignment in assignments():
+        assert re.fullmatch(r"\d\d_[a-z0-9_]+", assignment), assignment
+        notebooks = list((ROOT / "solutions" / assignment).glob("*.ipynb"))
+        assert len(notebooks) == 1 and notebooks[0].name.startswith(assignment[:3]), notebooks
+
+
+@pytest.mark.parametrize("path", ALL_NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_committed_without_outputs_and_with_stable_ids(path):
+    nb = read(path)
+    assert nb.nbformat == 4 and nb.nbformat_minor >= 5, "cell ids need nbformat 4.5"
+    ids = [cell.get("id") for cell in nb.cells]
+    assert all(ids) and len(set(ids)) == len(ids), "every cell needs its own id"
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert not cell.outputs and cell.execution_count is None, f"cell {cell.id} carries outputs"
+        if grading(cell):
+            assert cell.id == grading(cell)["grade_id"], "graded cells are named by their grade_id"
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_every_exercise_has_visible_and_hidden_tests(assignment):
+    nb = read(source_path(assignment))
+    cells = {grading(c)["grade_id"]: c for c in nb.cells if grading(c)}
+    assert len(cells) == sum(1 for c in nb.cells if grading(c)), "grade_ids must be unique"
+    exercises = answer_ids(nb)
+    assert exercises
+    for answer_id in exercises:
+        tests = [cells[t] for t in graded_cells_of(nb, answer_id)]
+        hidden = [t for t in tests if "### BEGIN HIDDEN TESTS" in t.source]
+        assert hidden and len(hidden) < len(tests), f"{answer_id} needs visible and hidden test cells"
+    for grade_id, cell in cells.items():
+        if grading(cell).get("grade"):
+            assert grading(cell)["points"] > 0 and grading(cell)["locked"], grade_id
+            assert any(grade_id in graded_cells_of(nb, a) for a in exercises), f"{grade_id} belongs to no exercise"
+            assert re.match(r'"""[^\n]+"""\n', cell.source), f"{grade_id} must open with a one-line docstring"
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_wrong_answer_catalogue_covers_every_exercise(assignment):
+    exercises = answer_ids(read(source_path(assignment)))
+    catalogue = wrong_answers(assignment)
+    for answer_id in exercises:
+        assert len(catalogue["WRONG"].get(answer_id, {})) >= 2, f"{answer_id} needs at least two wrong answers"
+    unknown = (set(catalogue["WRONG"]) | set(catalogue["NOISY_BUT_RIGHT"])) - set(exercises)
+    assert not unknown, f"catalogue names no such exercise: {unknown}"

@@ -1,0 +1,69 @@
+"""The helper package the notebooks import."""
+
+import html
+import subprocess
+import sys
+
+import matplotlib
+import pytest
+import torch
+
+from torchcourse.plots import plot_storage, storage_positions
+from torchcourse.seed import seed_everything
+from torchcourse.widgets import describe, stride_explorer
+
+matplotlib.use("Agg")
+
+
+def test_import_does_no_work():
+    code = "import sys, torchcourse; print(sorted(m for m in ('torch', 'matplotlib', 'ipywidgets') if m in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+
+
+VIEWS = {
+    "contiguous": lambda x: x,
+    "transpose": lambda x: x.t(),
+    "strided slice": lambda x: x[1:, ::2],
+    "column": lambda x: x[:, 2],
+    "expand": lambda x: x[:, :1].expand(-1, 5),
+    "permuted 3-d": lambda x: x.reshape(2, 2, 6)[:, 1:].permute(2, 0, 1),
+}
+
+
+@pytest.mark.parametrize("make_view", VIEWS.values(), ids=VIEWS.keys())
+def test_storage_positions_match_data_pointers(make_view):
+    base = torch.arange(24.0).reshape(4, 6)
+    view = make_view(base)
+    positions = storage_positions(view)
+    assert positions.shape == view.shape
+    for index in torch.cartesian_prod(*[torch.arange(s) for s in view.shape]).reshape(-1, view.dim()).tolist():
+        element = view[tuple(index)]
+        assert positions[tuple(index)] == (element.data_ptr() - base.data_ptr()) // base.element_size()
+
+
+def test_plot_shades_exactly_the_cells_a_view_reads():
+    fig = plot_storage(torch.arange(12).reshape(3, 4)[1:, ::2])
+    top = fig.axes[0]
+    shaded = [int(p.get_x()) for p in top.patches if p.get_facecolor()[:3] != (1.0, 1.0, 1.0)]
+    assert shaded == [4, 6, 8, 10] and len(top.patches) == 12
+
+
+def test_explorer_follows_the_readers_input():
+    explorer = stride_explorer(shape="3, 4", view="x.t()")
+    (shape_box, view_box), text, picture = explorer.children[0].children, *explorer.children[1:]
+    assert "strides (1, 4)" in text.value and bytes(picture.value).startswith(b"\x89PNG")
+    first_picture = picture.value
+    view_box.value = "x[:, :1].expand(-1, 4)"
+    assert "strides (4, 0)" in text.value and bytes(picture.value) != bytes(first_picture)
+    shape_box.value = "2, 3, 4"
+    view_box.value = "x.permute(2, 0, 1)"
+    assert html.escape(describe(torch.arange(24).reshape(2, 3, 4).permute(2, 0, 1))) in text.value
+    view_box.value = "x.view(5)"  # an impossible view is reported, not raised
+    assert "RuntimeError" in text.value
+
+
+def test_seed_everything_repeats_every_generator():
+    first = (seed_everything(3), torch.rand(3))
+    second = (seed_everything(3), torch.rand(3))
+    assert torch.equal(first[1], second[1])
+    assert torch.equal(torch.rand(2, generator=first[0]), torch.rand(2, generator=second[0]))
