@@ -10,25 +10,28 @@ from course import (ROOT, answer_ids, assignments, grading, nbgrader, read, solu
                     graded_cells_of, with_answers, wrong_answers)
 
 
+KINDS = {"WRONG": "wrong", "NOISY_BUT_RIGHT": "noisy"}
+
+
 def class_of(assignment: str, release) -> dict:
     """Every submission graded for one assignment: the solution, the unedited notebook, each catalogued answer."""
     right = solution_answers(assignment)
     students = {"solution": with_answers(release, right), "unedited": release}
-    for kind, key in (("wrong", "WRONG"), ("noisy", "NOISY_BUT_RIGHT")):
+    for key, kind in KINDS.items():
         for answer_id, variants in wrong_answers(assignment)[key].items():
             for k, code in enumerate(variants.values()):
                 students[f"{kind}-{answer_id}-{k}"] = with_answers(release, {**right, answer_id: code.strip()})
     return students
 
 
-def grade_class(assignment: str, workdir) -> tuple[dict, object]:
-    """Release, submit and autograde the whole class of one assignment in a scratch course, in one nbgrader run."""
+def grade_class(assignment: str, wanted: set[str], workdir) -> tuple[dict, object]:
+    """Release, submit and autograde the wanted students of one assignment in a scratch course, in one nbgrader run."""
     shutil.copytree(ROOT / "solutions" / assignment, workdir / "solutions" / assignment)
     shutil.copy(ROOT / "nbgrader_config.py", workdir)
     (workdir / "autograder").mkdir()  # holds the gradebook, as in the repository
     nbgrader("generate_assignment", assignment, "--force", cwd=workdir)
     name = source_path(assignment).name
-    students = class_of(assignment, read(workdir / "notebooks" / assignment / name))
+    students = {s: nb for s, nb in class_of(assignment, read(workdir / "notebooks" / assignment / name)).items() if s in wanted}
     for student, nb in students.items():
         target = workdir / "autograder" / "submitted" / student / assignment / name
         target.parent.mkdir(parents=True)
@@ -42,13 +45,20 @@ def grade_class(assignment: str, workdir) -> tuple[dict, object]:
 
 
 @pytest.fixture(scope="session")
-def graded(tmp_path_factory):
-    """graded(assignment) -> (scores by student and grade_id, autograded notebook by student); one run per assignment."""
+def graded(request, tmp_path_factory):
+    """graded(assignment) -> (scores by student and grade_id, autograded notebook by student).
+
+    One nbgrader run per assignment, for just the students that the selected tests look at
+    (so `-k ex4_sliding_window` grades a handful of notebooks, not the class).
+    """
     cache = {}
 
     def grade(assignment):
         if assignment not in cache:
-            cache[assignment] = grade_class(assignment, tmp_path_factory.mktemp(f"grade-{assignment}"))
+            wanted = {item.callspec.params["student"] for item in request.session.items
+                      if getattr(item, "callspec", None) and item.callspec.params.get("assignment") == assignment
+                      and "student" in item.callspec.params}
+            cache[assignment] = grade_class(assignment, wanted, tmp_path_factory.mktemp(f"grade-{assignment}"))
         return cache[assignment]
     return grade
 
@@ -60,36 +70,36 @@ def exercise_score(scores: dict, assignment: str, answer_id: str) -> tuple[float
 
 def by_assignment(params):
     """Keep one assignment's grading tests on one xdist worker, so its class is graded once."""
-    return [pytest.param(*p, marks=pytest.mark.xdist_group(f"grade-{p[0]}"), id="-".join(map(str, p))) for p in params]
+    return [pytest.param(*p, marks=pytest.mark.xdist_group(f"grade-{p[0]}"), id="-".join(map(str, p[:-1]))) for p in params]
 
 
 def catalogue(key: str):
-    return by_assignment([(a, answer_id, why) for a in assignments()
-                          for answer_id, variants in wrong_answers(a)[key].items() for why in variants])
+    """(assignment, answer_id, why, student) for every catalogued answer of this kind."""
+    return by_assignment([(a, answer_id, why, f"{KINDS[key]}-{answer_id}-{k}") for a in assignments()
+                          for answer_id, variants in wrong_answers(a)[key].items() for k, why in enumerate(variants)])
 
 
-@pytest.mark.parametrize("assignment", by_assignment([(a,) for a in assignments()]))
-def test_solution_scores_full_marks(graded, assignment):
+@pytest.mark.parametrize("assignment, student", by_assignment([(a, "solution") for a in assignments()]))
+def test_solution_scores_full_marks(graded, assignment, student):
     scores, _ = graded(assignment)
-    lost = {cell: s for cell, s in scores["solution"].items() if s[0] != s[1]}
-    assert sum(m for _, m in scores["solution"].values()) > 0
+    lost = {cell: s for cell, s in scores[student].items() if s[0] != s[1]}
+    assert sum(m for _, m in scores[student].values()) > 0
     assert not lost, f"the solution loses points in {lost}"
 
 
-@pytest.mark.parametrize("assignment", by_assignment([(a,) for a in assignments()]))
-def test_unedited_notebook_scores_zero_and_its_lesson_runs(graded, assignment):
+@pytest.mark.parametrize("assignment, student", by_assignment([(a, "unedited") for a in assignments()]))
+def test_unedited_notebook_scores_zero_and_its_lesson_runs(graded, assignment, student):
     scores, autograded = graded(assignment)
-    earned = {cell: s for cell, s in scores["unedited"].items() if s[0] != 0}
+    earned = {cell: s for cell, s in scores[student].items() if s[0] != 0}
     assert not earned, f"an unedited notebook earns points in {earned}"
-    lesson_errors = [cell.id for cell in autograded("unedited").cells if cell.cell_type == "code" and not grading(cell)
+    lesson_errors = [cell.id for cell in autograded(student).cells if cell.cell_type == "code" and not grading(cell)
                      and any(o.output_type == "error" for o in cell.outputs)]
     assert not lesson_errors, f"lesson cells fail while the exercises are unanswered: {lesson_errors}"
 
 
-@pytest.mark.parametrize("assignment, answer_id, why", catalogue("WRONG"))
-def test_wrong_answer_loses_its_points_only(graded, assignment, answer_id, why):
+@pytest.mark.parametrize("assignment, answer_id, why, student", catalogue("WRONG"))
+def test_wrong_answer_loses_its_points_only(graded, assignment, answer_id, why, student):
     scores, _ = graded(assignment)
-    student = f"wrong-{answer_id}-{list(wrong_answers(assignment)['WRONG'][answer_id]).index(why)}"
     for exercise in answer_ids(read(source_path(assignment))):
         got, best = exercise_score(scores[student], assignment, exercise)
         if exercise == answer_id:
@@ -98,9 +108,8 @@ def test_wrong_answer_loses_its_points_only(graded, assignment, answer_id, why):
             assert got == best, f"'{why}' in {answer_id} costs points in {exercise}: {got}/{best}"
 
 
-@pytest.mark.parametrize("assignment, answer_id, why", catalogue("NOISY_BUT_RIGHT"))
-def test_right_answer_writing_to_stderr_keeps_its_points(graded, assignment, answer_id, why):
-    scores, autograded = graded(assignment)
-    student = f"noisy-{answer_id}-{list(wrong_answers(assignment)['NOISY_BUT_RIGHT'][answer_id]).index(why)}"
+@pytest.mark.parametrize("assignment, answer_id, why, student", catalogue("NOISY_BUT_RIGHT"))
+def test_right_answer_writing_to_stderr_keeps_its_points(graded, assignment, answer_id, why, student):
+    scores, _ = graded(assignment)
     lost = {cell: s for cell, s in scores[student].items() if s[0] != s[1]}
     assert not lost, f"a right answer that {why} loses points in {lost}"
