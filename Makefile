@@ -24,7 +24,8 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	touch $@
 
 lab: setup ## open JupyterLab on notebooks/ (runs setup first if needed)
-	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks
+	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks \
+	  $(if $(filter 0,$(shell id -u)),--allow-root)  # root: containers, cloud machines
 
 test: setup ## run the course's whole test suite (TESTS=... to pick, e.g. TESTS="-k ex4_sliding_window")
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup $(TESTS)
