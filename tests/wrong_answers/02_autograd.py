@@ -1,0 +1,174 @@
+"""Notebook 02: plausible wrong answers (each must lose its exercise's points) and right answers that write to stderr."""
+
+WRONG = {
+    "ex1_manual_backward": {
+        "the 1/N of the mean forgotten": '''
+def manual_backward(x, y, W1, b1, W2, b2):
+    h = torch.tanh(x @ W1 + b1)
+    pred = h @ W2 + b2
+    dpred = 2 * (pred - y)
+    dpre = (dpred @ W2.T) * (1 - h ** 2)
+    return {"W1": x.T @ dpre, "b1": dpre.sum(0), "W2": h.T @ dpred, "b2": dpred.sum(0)}
+''',
+        "the mean taken over the batch only": '''
+def manual_backward(x, y, W1, b1, W2, b2):
+    h = torch.tanh(x @ W1 + b1)
+    pred = h @ W2 + b2
+    dpred = 2 * (pred - y) / x.shape[0]
+    dpre = (dpred @ W2.T) * (1 - h ** 2)
+    return {"W1": x.T @ dpre, "b1": dpre.sum(0), "W2": h.T @ dpred, "b2": dpred.sum(0)}
+''',
+        "the chain rule skips tanh's derivative": '''
+def manual_backward(x, y, W1, b1, W2, b2):
+    h = torch.tanh(x @ W1 + b1)
+    pred = h @ W2 + b2
+    dpred = 2 * (pred - y) / pred.numel()
+    dpre = dpred @ W2.T
+    return {"W1": x.T @ dpre, "b1": dpre.sum(0), "W2": h.T @ dpred, "b2": dpred.sum(0)}
+''',
+    },
+    "ex2_central_difference": {
+        "a forward difference": '''
+def central_difference(f, x, eps=1e-6):
+    grad = torch.empty_like(x).view(-1)
+    for i in range(x.numel()):
+        step = torch.zeros(x.numel(), dtype=x.dtype)
+        step[i] = eps
+        grad[i] = (f(x + step.view_as(x)) - f(x)) / eps
+    return grad.view_as(x)
+''',
+        "divided by eps instead of 2 eps": '''
+def central_difference(f, x, eps=1e-6):
+    grad = torch.empty_like(x).view(-1)
+    for i in range(x.numel()):
+        step = torch.zeros(x.numel(), dtype=x.dtype)
+        step[i] = eps
+        grad[i] = (f(x + step.view_as(x)) - f(x - step.view_as(x))) / eps
+    return grad.view_as(x)
+''',
+        "x perturbed in place and left changed": '''
+def central_difference(f, x, eps=1e-6):
+    grad = torch.empty_like(x)
+    flat, g = x.view(-1), grad.view(-1)
+    for i in range(x.numel()):
+        flat[i] += eps
+        up = f(x)
+        flat[i] -= 2 * eps
+        down = f(x)
+        g[i] = (up - down) / (2 * eps)
+    return grad
+''',
+    },
+    "ex3_gelu": {
+        "backward forgets the x·φ(x) term": '''
+class GELU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 0.5 * (1 + torch.erf(x / math.sqrt(2)))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return grad_output * 0.5 * (1 + torch.erf(x / math.sqrt(2)))
+
+
+gelu = GELU.apply
+''',
+        "backward computed from a detached input, so not twice differentiable": '''
+class GELU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 0.5 * (1 + torch.erf(x / math.sqrt(2)))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        x = x.detach()
+        cdf = 0.5 * (1 + torch.erf(x / math.sqrt(2)))
+        pdf = torch.exp(-0.5 * x ** 2) / math.sqrt(2 * math.pi)
+        return grad_output * (cdf + x * pdf)
+
+
+gelu = GELU.apply
+''',
+        "the density φ without its 1/√(2π)": '''
+class GELU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 0.5 * (1 + torch.erf(x / math.sqrt(2)))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return grad_output * (0.5 * (1 + torch.erf(x / math.sqrt(2))) + x * torch.exp(-0.5 * x ** 2))
+
+
+gelu = GELU.apply
+''',
+    },
+    "ex4_gelu_tanh": {
+        "the chain rule stops at tanh: the cubic's derivative forgotten": '''
+class GELUTanh(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        k = math.sqrt(2 / math.pi)
+        t = torch.tanh(k * (x + 0.044715 * x ** 3))
+        return grad_output * (0.5 * (1 + t) + 0.5 * x * (1 - t ** 2) * k)
+
+
+gelu_tanh = GELUTanh.apply
+''',
+        "the exact erf GELU instead of the tanh formula": '''
+class GELUTanh(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 0.5 * (1 + torch.erf(x / math.sqrt(2)))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return grad_output * (0.5 * (1 + torch.erf(x / math.sqrt(2))) + x * torch.exp(-0.5 * x ** 2) / math.sqrt(2 * math.pi))
+
+
+gelu_tanh = GELUTanh.apply
+''',
+    },
+}
+
+NOISY_BUT_RIGHT = {
+    "ex1_manual_backward": {
+        "prints the shapes to stderr": '''
+import sys
+
+def manual_backward(x, y, W1, b1, W2, b2):
+    h = torch.tanh(x @ W1 + b1)
+    pred = h @ W2 + b2
+    print("shapes", tuple(x.shape), tuple(pred.shape), file=sys.stderr)
+    dpred = 2 * (pred - y) / pred.numel()
+    dpre = (dpred @ W2.T) * (1 - h ** 2)
+    return {"W1": x.T @ dpre, "b1": dpre.sum(0), "W2": h.T @ dpred, "b2": dpred.sum(0)}
+''',
+    },
+    "ex2_central_difference": {
+        "warns that it is slow": '''
+def central_difference(f, x, eps=1e-6):
+    warnings.warn(f"central differences call f {2 * x.numel()} times")
+    grad = torch.empty_like(x).view(-1)
+    for i in range(x.numel()):
+        step = torch.zeros(x.numel(), dtype=x.dtype)
+        step[i] = eps
+        grad[i] = (f(x + step.view_as(x)) - f(x - step.view_as(x))) / (2 * eps)
+    return grad.view_as(x)
+''',
+    },
+}
