@@ -85,7 +85,9 @@ def solution_answers(assignment: str) -> dict[str, str]:
 
 def wrong_answers(assignment: str) -> dict:
     """The assignment's catalogue in tests/wrong_answers/: WRONG and NOISY_BUT_RIGHT, {grade_id: {why: code}}."""
-    return runpy.run_path(str(ROOT / "tests" / "wrong_answers" / f"{assignment}.py"))
+    path = ROOT / "tests" / "wrong_answers" / f"{assignment}.py"
+    # A missing catalogue is reported by test_wrong_answer_catalogue_covers_every_exercise, not by a collection error.
+    return runpy.run_path(str(path)) if path.exists() else {"WRONG": {}, "NOISY_BUT_RIGHT": {}}
 
 
 def execute(path: Path, timeout: int = 120) -> tuple[nbformat.NotebookNode, float]:

@@ -1,0 +1,222 @@
+"""Notebook 04: plausible wrong answers (each must lose its exercise's points) and right answers that write to stderr."""
+
+_TRAIN = '''
+def train_one_epoch(model, loader, loss_fn, optimizer, device, max_grad_norm=None):
+    model.train()
+    total, count = 0.0, 0
+    for xb, yb in loader:
+        xb, yb = xb.to(device), yb.to(device)
+        optimizer.zero_grad()
+        loss = loss_fn(model(xb), yb)
+        loss.backward()
+        if max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        optimizer.step()
+        total += loss.item() * len(yb)
+        count += len(yb)
+    return total / count
+'''
+_EVALUATE = '''
+def evaluate(model, loader, loss_fn, device):
+    was_training = model.training
+    model.eval()
+    total, correct, count = 0.0, 0, 0
+    with torch.no_grad():
+        for xb, yb in loader:
+            xb, yb = xb.to(device), yb.to(device)
+            out = model(xb)
+            total += loss_fn(out, yb).item() * len(yb)
+            correct += (out.argmax(dim=1) == yb).sum().item()
+            count += len(yb)
+    model.train(was_training)
+    return total / count, correct / count
+'''
+_LR_FIND = '''
+def lr_find(model, loader, loss_fn, optimizer, start_lr=1e-7, end_lr=10.0, num_iter=100, smooth=0.05,
+            diverge=5.0, device=None):
+    if num_iter < 2 or not 0 <= smooth < 1:
+        raise ValueError("bad arguments")
+    device = device if device is not None else next(model.parameters()).device
+    model_state = copy.deepcopy(model.state_dict())
+    optimizer_state = copy.deepcopy(optimizer.state_dict())
+    was_training = model.training
+    lrs, losses = [], []
+    model.train()
+    batches = iter(loader)
+    for i in range(num_iter):
+        lr = start_lr * (end_lr / start_lr) ** (i / (num_iter - 1))
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        try:
+            xb, yb = next(batches)
+        except StopIteration:
+            batches = iter(loader)
+            xb, yb = next(batches)
+        optimizer.zero_grad()
+        loss = loss_fn(model(xb.to(device)), yb.to(device))
+        loss.backward()
+        optimizer.step()
+        value = loss.item() if i == 0 or smooth == 0 else smooth * loss.item() + (1 - smooth) * losses[-1]
+        lrs.append(lr)
+        losses.append(value)
+        if not math.isfinite(value) or value > diverge * min(losses):
+            break
+    model.load_state_dict(model_state)
+    optimizer.load_state_dict(optimizer_state)
+    model.train(was_training)
+    return lrs, losses
+'''
+
+WRONG = {
+    "ex1_digits_dataset": {
+        "pixels scaled by 255 as for 8-bit images": '''
+class DigitsDataset(Dataset):
+    def __init__(self, path):
+        table = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.int64)
+        self.features = torch.from_numpy(table[:, :64]).float() / 255
+        self.labels = torch.from_numpy(table[:, 64])
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return self.features[i], self.labels[i]
+''',
+        "labels as float, the way the CSV stores numbers": '''
+class DigitsDataset(Dataset):
+    def __init__(self, path):
+        table = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.float32)
+        self.features = torch.from_numpy(table[:, :64]) / 16
+        self.labels = torch.from_numpy(table[:, 64])
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return self.features[i], self.labels[i]
+''',
+        "features left as float64 from NumPy": '''
+class DigitsDataset(Dataset):
+    def __init__(self, path):
+        table = np.loadtxt(path, delimiter=",", skiprows=1)
+        self.features = torch.from_numpy(table[:, :64] / 16)
+        self.labels = torch.from_numpy(table[:, 64]).long()
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return self.features[i], self.labels[i]
+''',
+    },
+    "ex2_pad_collate": {
+        "sorted by length, losing the input order": '''
+def pad_collate(batch):
+    batch = sorted(batch, key=lambda item: len(item[0]), reverse=True)
+    sequences, labels = zip(*batch)
+    lengths = torch.tensor([len(s) for s in sequences])
+    padded = torch.nn.utils.rnn.pad_sequence(list(sequences), batch_first=True)
+    return padded, lengths, torch.tensor([int(label) for label in labels])
+''',
+        "padded at the front": '''
+def pad_collate(batch):
+    sequences, labels = zip(*batch)
+    lengths = torch.tensor([len(s) for s in sequences])
+    padded = torch.zeros(len(sequences), int(lengths.max()), dtype=sequences[0].dtype)
+    for row, s in enumerate(sequences):
+        padded[row, padded.shape[1] - len(s):] = s
+    return padded, lengths, torch.tensor([int(label) for label in labels])
+''',
+        "a float padding tensor whatever the input dtype": '''
+def pad_collate(batch):
+    sequences, labels = zip(*batch)
+    lengths = torch.tensor([len(s) for s in sequences])
+    padded = torch.zeros(len(sequences), int(lengths.max()))
+    for row, s in enumerate(sequences):
+        padded[row, :len(s)] = s
+    return padded, lengths, torch.tensor([int(label) for label in labels])
+''',
+    },
+    "ex3_train_and_evaluate": {
+        "the loss averaged per batch instead of per sample": _TRAIN.replace(
+            "total += loss.item() * len(yb)\n        count += len(yb)", "total += loss.item()\n        count += 1") + _EVALUATE,
+        "evaluation without eval mode": _TRAIN + _EVALUATE.replace("    model.eval()\n", ""),
+        "evaluate leaves the model in eval mode": _TRAIN + _EVALUATE.replace("    model.train(was_training)\n", ""),
+        "evaluation that builds a graph (no no_grad)": _TRAIN + _EVALUATE.replace(
+            "    with torch.no_grad():\n        for", "    if True:\n        for"),
+    },
+    "ex4_accumulate_gradients": {
+        "accumulation without dividing the loss": '''
+def accumulate_gradients(model, loss_fn, x, y, micro_batch):
+    model.zero_grad()
+    for xs, ys in zip(x.split(micro_batch), y.split(micro_batch)):
+        loss_fn(model(xs), ys).backward()
+''',
+        "divided by the number of chunks, wrong when the last chunk is smaller": '''
+def accumulate_gradients(model, loss_fn, x, y, micro_batch):
+    model.zero_grad()
+    chunks = list(zip(x.split(micro_batch), y.split(micro_batch)))
+    for xs, ys in chunks:
+        (loss_fn(model(xs), ys) / len(chunks)).backward()
+''',
+        "old gradients not cleared first": '''
+def accumulate_gradients(model, loss_fn, x, y, micro_batch):
+    for xs, ys in zip(x.split(micro_batch), y.split(micro_batch)):
+        (loss_fn(model(xs), ys) * len(xs) / len(x)).backward()
+''',
+    },
+    "ex5_lr_find": {
+        "the schedule off by one step": _LR_FIND.replace("** (i / (num_iter - 1))", "** ((i + 1) / num_iter)"),
+        "the optimizer not restored": _LR_FIND.replace("    optimizer.load_state_dict(optimizer_state)\n", ""),
+        "the smoothing weights swapped": _LR_FIND.replace(
+            "smooth * loss.item() + (1 - smooth) * losses[-1]", "(1 - smooth) * loss.item() + smooth * losses[-1]"),
+        "smooth=0 freezes the curve instead of switching smoothing off":
+            _LR_FIND.replace("if i == 0 or smooth == 0 else", "if i == 0 else"),
+        "no stop when the loss diverges": _LR_FIND.replace(
+            "        if not math.isfinite(value) or value > diverge * min(losses):\n            break\n", ""),
+    },
+    "ex6_suggest_lr": {
+        "skip_end=0 slices everything away": '''
+def suggest_lr(lrs, losses, skip_start=10, skip_end=5):
+    lrs, losses = lrs[skip_start:-skip_end], losses[skip_start:-skip_end]
+    kept = [(lr, loss) for lr, loss in zip(lrs, losses) if math.isfinite(loss)]
+    if len(kept) < 2:
+        raise ValueError(f"need at least 2 points, got {len(kept)}")
+    return float(kept[int(np.argmin(np.gradient([loss for _, loss in kept])))][0])
+''',
+        "the lowest loss instead of the steepest descent": '''
+def suggest_lr(lrs, losses, skip_start=10, skip_end=5):
+    end = len(losses) - skip_end
+    kept = [(lr, loss) for lr, loss in zip(lrs[skip_start:end], losses[skip_start:end]) if math.isfinite(loss)]
+    if len(kept) < 2:
+        raise ValueError(f"need at least 2 points, got {len(kept)}")
+    return float(min(kept, key=lambda p: p[1])[0])
+''',
+        "non-finite losses kept": '''
+def suggest_lr(lrs, losses, skip_start=10, skip_end=5):
+    end = len(losses) - skip_end
+    kept = list(zip(lrs[skip_start:end], losses[skip_start:end]))
+    if len(kept) < 2:
+        raise ValueError(f"need at least 2 points, got {len(kept)}")
+    return float(kept[int(np.argmin(np.gradient([loss for _, loss in kept])))][0])
+''',
+    },
+}
+
+NOISY_BUT_RIGHT = {
+    "ex4_accumulate_gradients": {
+        "prints each chunk to stderr": '''
+import sys
+
+def accumulate_gradients(model, loss_fn, x, y, micro_batch):
+    model.zero_grad(set_to_none=True)
+    for xs, ys in zip(x.split(micro_batch), y.split(micro_batch)):
+        print("chunk of", len(xs), file=sys.stderr)
+        (loss_fn(model(xs), ys) * (len(xs) / len(x))).backward()
+''',
+    },
+    "ex5_lr_find": {
+        "warns when it stops early": _LR_FIND.replace(
+            "            break\n", "            warnings.warn(f'stopped early at step {i}')\n            break\n"),
+    },
+}
