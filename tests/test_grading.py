@@ -13,6 +13,19 @@ from course import (ROOT, answer_ids, assignments, grading, nbgrader, read, solu
 KINDS = {"WRONG": "wrong", "NOISY_BUT_RIGHT": "noisy"}
 
 
+def exercises_only(nb):
+    """The setup cell and everything from the first graded cell on.
+
+    Catalogued answers are graded this way: it skips the lesson (most of the time), and since a wrong answer to one
+    exercise must leave the others their points, it also proves that no exercise depends on the lesson's state.
+    """
+    nb = nbformat.from_dict(nb)
+    first = next(i for i, cell in enumerate(nb.cells) if grading(cell))
+    setup = next(cell for cell in nb.cells if cell.cell_type == "code")
+    nb.cells = [setup] + nb.cells[first:]
+    return nb
+
+
 def class_of(assignment: str, release) -> dict:
     """Every submission graded for one assignment: the solution, the unedited notebook, each catalogued answer."""
     right = solution_answers(assignment)
@@ -20,7 +33,7 @@ def class_of(assignment: str, release) -> dict:
     for key, kind in KINDS.items():
         for answer_id, variants in wrong_answers(assignment)[key].items():
             for k, code in enumerate(variants.values()):
-                students[f"{kind}-{answer_id}-{k}"] = with_answers(release, {**right, answer_id: code.strip()})
+                students[f"{kind}-{answer_id}-{k}"] = exercises_only(with_answers(release, {**right, answer_id: code.strip()}))
     return students
 
 
