@@ -1,0 +1,190 @@
+"""The launcher notebook 05 uses: results, errors, timeouts and interrupts, with no process left behind."""
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from torchcourse.launch import free_port, launch, to_cpu
+from torchcourse.timing import time_it
+
+
+def child_pids() -> set[int]:
+    """PIDs of this process's children that are still alive (zombies, exited but not reaped, included)."""
+    children = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == os.getpid():  # fields[1] is the parent's PID
+                children.add(int(entry))
+    return children
+
+
+@pytest.fixture
+def no_children_left():
+    """Fails the test if it leaves a child process behind."""
+    before = child_pids()
+    yield
+    import multiprocessing
+    assert not multiprocessing.active_children()
+    assert child_pids() - before == set(), "launch left child processes behind"
+
+
+def describe(rank, world_size, value):
+    return {"rank": rank, "world_size": world_size, "value": value, "threads": torch.get_num_threads(),
+            "backend": dist.get_backend(), "port": os.environ["MASTER_PORT"], "pid": os.getpid()}
+
+
+def all_reduce_sum(rank, world_size):
+    t = torch.tensor([rank + 1.0, 10.0 * rank])
+    dist.all_reduce(t)
+    return t
+
+
+def fail_on(rank, world_size, bad_rank):
+    if rank == bad_rank:
+        raise ValueError(f"planted error on rank {rank}")
+    time.sleep(60)  # the other ranks would wait for a minute: launch must stop them
+    return rank
+
+
+def sleep(rank, world_size, seconds):
+    time.sleep(seconds)
+    return rank
+
+
+def exit_silently(rank, world_size):
+    if rank == 1:
+        os._exit(3)
+    return rank
+
+
+def unpicklable(rank, world_size):
+    return lambda: rank
+
+
+def test_results_come_back_in_rank_order(no_children_left):
+    results = launch(describe, 3, "x")
+    assert [r["rank"] for r in results] == [0, 1, 2]
+    assert all(r["world_size"] == 3 and r["value"] == "x" and r["backend"] == "gloo" for r in results)
+    assert all(r["threads"] == 1 for r in results), "one thread per rank on the CPU"
+    assert len({r["port"] for r in results}) == 1 and len({r["pid"] for r in results}) == 3
+    assert "MASTER_PORT" not in os.environ or os.environ["MASTER_PORT"] != results[0]["port"]
+
+
+def test_all_reduce_sums_over_ranks(no_children_left):
+    results = launch(all_reduce_sum, 2)
+    for t in results:
+        assert torch.equal(t, torch.tensor([3.0, 10.0]))
+
+
+def test_tensors_and_state_dicts_come_back_on_the_cpu(no_children_left):
+    def state(rank, world_size):
+        torch.manual_seed(0)
+        return torch.nn.Linear(3, 2).state_dict()
+    (got,) = launch(state, 1)
+    torch.manual_seed(0)
+    want = torch.nn.Linear(3, 2).state_dict()
+    assert list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want)
+    nested = to_cpu({"a": [torch.ones(2, requires_grad=True) * 2, (torch.zeros(1), 3)], "b": "text"})
+    assert not nested["a"][0].requires_grad and nested["a"][1][1] == 3 and nested["b"] == "text"
+
+
+def test_a_worker_error_is_raised_with_its_rank_and_remote_traceback(no_children_left):
+    start = time.monotonic()
+    with pytest.raises(RuntimeError) as info:
+        launch(fail_on, 2, 1)
+    message = str(info.value)
+    assert "rank 1 of 2" in message
+    assert "planted error on rank 1" in message and "Traceback" in message and "in fail_on" in message
+    assert time.monotonic() - start < 10, "the sleeping rank 0 must be terminated, not waited for"
+
+
+def test_a_rank_that_dies_without_a_result_is_reported(no_children_left):
+    with pytest.raises(RuntimeError, match="rank 1 of 2 died .*exit code 3"):
+        launch(exit_silently, 2)
+
+
+def test_an_unpicklable_result_is_reported_as_that_ranks_error(no_children_left):
+    with pytest.raises(RuntimeError, match="rank 0 of 1 failed(.|\n)*pickle"):
+        launch(unpicklable, 1)
+
+
+def test_timeout_raises_and_stops_every_rank(no_children_left):
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"ranks \[0, 1\] of 2"):
+        launch(sleep, 2, 60, timeout=1.0)
+    assert time.monotonic() - start < 10
+
+
+def test_keyboard_interrupt_leaves_no_child_behind(no_children_left):
+    timer = threading.Timer(1.0, signal.raise_signal, (signal.SIGINT,))  # the notebook's stop button
+    timer.start()
+    start = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            launch(sleep, 2, 60)
+    finally:
+        timer.cancel()
+    assert time.monotonic() - start < 10
+
+
+def test_under_torchrun_the_worker_runs_in_this_process(monkeypatch, no_children_left):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    threads = torch.get_num_threads()
+    (result,) = launch(describe, 1, 7)
+    assert result["pid"] == os.getpid() and result["rank"] == 0 and result["value"] == 7
+    assert torch.get_num_threads() == threads, "torchrun sets the threads; launch leaves them alone"
+    assert not dist.is_initialized(), "the process group is destroyed afterwards"
+    with pytest.raises(ValueError, match="WORLD_SIZE=1"):
+        launch(describe, 2, 7)
+
+
+def test_spawn_refuses_a_worker_defined_in_an_interactive_main(monkeypatch):
+    import sys
+    import types
+    main = types.ModuleType("__main__")  # what a notebook's __main__ looks like: no __file__
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    def worker(rank, world_size):
+        return rank
+    worker.__module__ = "__main__"
+    with pytest.raises(RuntimeError, match="importable|cannot import"):
+        launch(worker, 2, start_method="spawn")
+
+
+def test_time_it_synchronizes_the_device_around_the_clock(monkeypatch):
+    events = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append("sync"))
+    seconds = time_it(lambda: events.append("call"), "cuda", warmup=2, repeat=3, number=2)
+    assert seconds >= 0
+    assert events == ["call"] * 2 + ["sync", "call", "call", "sync"] * 3
+    assert time_it(lambda: time.sleep(0.01), "cpu", warmup=0, repeat=3) >= 0.009
+    durations = iter([0.05, 0.0, 0.0])
+    assert time_it(lambda: time.sleep(next(durations)), "cpu", warmup=0, repeat=3, reduce=min) < 0.04
+
+
+def test_forked_ranks_refuse_more_than_one_thread():
+    with pytest.raises(ValueError, match="one thread"):
+        launch(describe, 1, 0, num_threads=2)
+
+
+def test_nccl_ranks_are_refused_once_cuda_spoiled_fork(monkeypatch, no_children_left):
+    from torchcourse.launch import _cuda_spoils_fork
+    assert not _cuda_spoils_fork()
+    monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: True)  # what a child sees after the parent used CUDA
+    assert _cuda_spoils_fork()
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    with pytest.raises(RuntimeError, match="CUDA is already initialised(.|\n)*restart the kernel|Restart the kernel"):
+        launch(describe, 2, 0, backend="nccl")

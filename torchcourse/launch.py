@@ -1,0 +1,265 @@
+"""Running a function in several processes, one per rank, from a notebook, a script or under torchrun.
+
+    from torchcourse.launch import launch
+
+    def worker(rank, world_size, steps):
+        # the process group is already initialised here: use torch.distributed freely
+        ...
+        return something            # tensors, state_dicts, numbers: anything picklable
+
+    results = launch(worker, 2, 100)  # [rank 0's return value, rank 1's]
+
+Why not `torch.multiprocessing.spawn`? A spawned process is a fresh interpreter that imports the worker by name,
+and a function defined in a notebook has no module to import it from. A forked process is a copy of the notebook's
+own process, so it has the function already. Fork has its own rule: a process that has used CUDA cannot fork
+children that use CUDA. `launch` checks both and says what to do.
+"""
+
+import ctypes
+import multiprocessing
+import os
+import pickle
+import signal
+import socket
+import sys
+import time
+import traceback
+import warnings
+from multiprocessing.connection import wait
+
+import torch
+import torch.distributed as dist
+
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+
+
+def under_torchrun() -> bool:
+    """True in a process started by torchrun (or any launcher that sets RANK, WORLD_SIZE and LOCAL_RANK)."""
+    return all(name in os.environ for name in TORCHRUN_VARIABLES)
+
+
+def choose_backend(world_size: int) -> str:
+    """"nccl" when CUDA has a GPU for every rank, else "gloo" (every rank on the CPU)."""
+    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world_size else "gloo"
+
+
+def rank_device(rank: int) -> torch.device:
+    """The device a rank should use inside a process group: its own GPU with NCCL, the CPU with gloo."""
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        local_rank = int(os.environ.get("LOCAL_RANK", rank))  # the rank on this machine (torchrun, launch set it)
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def to_cpu(obj):
+    """`obj` with every tensor inside dicts, lists and tuples detached and copied to the CPU."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return type(obj)((k, to_cpu(v)) for k, v in obj.items())
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a namedtuple
+        return type(obj)(*(to_cpu(v) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_cpu(v) for v in obj)
+    return obj
+
+
+def launch(worker, world_size: int, *args, timeout: float = 120.0, backend: str | None = None,
+           num_threads: int | None = None, start_method: str | None = None) -> list:
+    """Run `worker(rank, world_size, *args)` in `world_size` processes; return their results in rank order.
+
+    The contract: `launch` initialises the process group in every process before it calls the worker and destroys
+    it afterwards, so the worker must not call `init_process_group` itself. Each process gets `MASTER_ADDR`,
+    `MASTER_PORT` (one free port, chosen here), `RANK`, `WORLD_SIZE` and `LOCAL_RANK` in its environment.
+
+    - backend: None picks "nccl" when there is a CUDA GPU per rank (rank r then runs on `cuda:r`, see
+      `rank_device`), else "gloo" with every rank on the CPU.
+    - num_threads: torch threads per process. None means 1 with gloo: the ranks share the CPU's cores, and more
+      threads than cores makes every rank wait for the others. Forked ranks always run with 1 (torch's OpenMP
+      thread pool cannot restart in a forked child: it hangs); with spawn and NCCL, None keeps torch's default.
+    - start_method: None means "fork" where the platform has it (Linux, macOS, Colab), so that a worker defined
+      in a notebook works; else "spawn", which needs the worker in an importable module (a .py file).
+    - The results travel back pickled, with every tensor moved to the CPU first.
+
+    Failures: an exception in a worker is raised here as a RuntimeError that names the rank and quotes the remote
+    traceback; the other ranks are then terminated. A rank that dies without a result (killed, crashed) is
+    reported the same way. Past `timeout` seconds a TimeoutError is raised. On any exit (an error, a timeout,
+    a KeyboardInterrupt from the notebook's stop button) every child is terminated, killed if it must be, and
+    joined: no process is left behind.
+
+    Under torchrun (RANK, WORLD_SIZE and LOCAL_RANK set), this process is already one rank of the job:
+    the worker runs here, once, for this rank, and the list holds only this rank's result: `[result]`.
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_size}")
+    if under_torchrun():
+        return [_run_in_this_process(worker, world_size, args, backend)]
+
+    methods = multiprocessing.get_all_start_methods()
+    start_method = start_method or ("fork" if "fork" in methods else "spawn")
+    backend = backend or choose_backend(world_size)
+    if start_method == "fork" and backend == "nccl" and _cuda_spoils_fork():
+        raise RuntimeError(
+            "CUDA is already initialised in this process, and a forked child cannot initialise it again, so the "
+            "ranks cannot use the GPUs. Restart the kernel and call launch() before anything touches CUDA: no "
+            "tensor on the GPU, no memory statistics, no autocast on cuda, and set "
+            "os.environ['PYTORCH_NVML_BASED_CUDA_CHECK'] = '1' before the first torch.cuda.is_available() (which "
+            "otherwise spoils fork too). Or pass backend='gloo' to run every rank on the CPU, or put the worker in "
+            "a .py file and run it with torchrun.")
+    if start_method != "fork" and getattr(worker, "__module__", None) == "__main__" \
+            and not hasattr(sys.modules["__main__"], "__file__"):
+        raise RuntimeError(
+            f"'{start_method}' starts fresh interpreters that import the worker by name, and "
+            f"{getattr(worker, '__qualname__', worker)!r} lives in a notebook, which they cannot import "
+            "(this platform has no fork). Move the worker into a .py file next to the notebook and import it.")
+    if start_method == "fork" and num_threads not in (None, 1):
+        raise ValueError(
+            f"num_threads={num_threads}: forked ranks run with one thread each. GNU OpenMP, which torch's CPU "
+            "kernels use, hangs when a process forked from one that already ran parallel work starts threads "
+            "again. For several threads per rank, put the worker in a .py file and use start_method='spawn' "
+            "or torchrun (set OMP_NUM_THREADS).")
+    if num_threads is None and (start_method == "fork" or backend == "gloo"):
+        num_threads = 1
+
+    if start_method == "fork":
+        # DistributedDataParallel's constructor imports torch._dynamo, which takes seconds; imported once here,
+        # every forked rank inherits it instead of paying for it again.
+        import torch._dynamo  # noqa: F401
+    context = multiprocessing.get_context(start_method)
+    port = free_port()
+    processes, readers, finished = [], [], False
+    try:
+        for rank in range(world_size):
+            reader, writer = context.Pipe(duplex=False)
+            process = context.Process(target=_child, name=f"rank-{rank}",
+                                      args=(worker, rank, world_size, args, backend, port, num_threads, writer))
+            with warnings.catch_warnings():  # Python 3.12+ warns about fork in any process with threads (Jupyter's)
+                warnings.filterwarnings("ignore", message=".*use of fork\\(\\) may lead to deadlocks", category=DeprecationWarning)
+                process.start()
+            writer.close()  # the child holds its own copy; closing ours lets us see the child's end of file
+            processes.append(process)
+            readers.append(reader)
+        results = _collect(processes, readers, world_size, timeout)
+        finished = True
+        return results
+    finally:
+        _stop(processes, grace=3.0 if finished else 0.0)
+        for reader in readers:
+            reader.close()
+
+
+def _cuda_spoils_fork() -> bool:
+    """True if a child forked now could not use CUDA: CUDA is initialised here, or torch marked fork as unsafe."""
+    if torch.cuda.is_initialized():
+        return True
+    # torch registers a fork handler once this process has asked the CUDA runtime anything (is_available() without
+    # PYTORCH_NVML_BASED_CUDA_CHECK=1 does); children forked after that refuse CUDA. Ask a throwaway child.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*use of fork\\(\\) may lead to deadlocks", category=DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:
+        os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) != 0
+
+
+def _collect(processes, readers, world_size, timeout):
+    """Wait for every rank's message; raise on the first failure, on a silent death, or at the deadline."""
+    deadline = time.monotonic() + timeout
+    results, pending = {}, dict(enumerate(readers))
+    while pending:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"launch: ranks {sorted(pending)} of {world_size} had not finished after {timeout:g} s; "
+                               "all ranks were stopped")
+        # Short slices, so that a KeyboardInterrupt is handled at once even when the signal reached another thread.
+        ready = wait(list(pending.values()) + [processes[r].sentinel for r in pending], timeout=min(left, 0.2))
+        for rank, reader in list(pending.items()):
+            if reader in ready or (processes[rank].sentinel in ready and reader.poll()):
+                try:
+                    status, value = pickle.loads(reader.recv_bytes())
+                except EOFError:  # closed without a message: the process died
+                    processes[rank].join(timeout=5)
+                    raise RuntimeError(f"rank {rank} of {world_size} died without returning a result "
+                                       f"(exit code {processes[rank].exitcode})") from None
+                if status == "error":
+                    raise RuntimeError(f"rank {rank} of {world_size} failed; its traceback:\n\n{value}") from None
+                results[rank] = value
+                del pending[rank]
+            elif processes[rank].sentinel in ready:
+                processes[rank].join(timeout=5)
+                raise RuntimeError(f"rank {rank} of {world_size} died without returning a result "
+                                   f"(exit code {processes[rank].exitcode})") from None
+    return [results[rank] for rank in range(world_size)]
+
+
+def _stop(processes, grace: float = 3.0):
+    """Give children `grace` seconds to exit, then terminate (SIGTERM), kill (SIGKILL) and join whatever is left."""
+    deadline = time.monotonic() + grace
+    for process in processes:  # ranks that sent their result are destroying their process group and exiting
+        process.join(timeout=max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=1.0)
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+def _die_with_parent():
+    """Linux: have the kernel kill this child if its parent dies (a kernel restarted with SIGKILL, say)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+
+def _child(worker, rank, world_size, args, backend, port, num_threads, writer):
+    """One rank: set up the environment and the process group, run the worker, send back the result or the error."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles the stop button and then stops us
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    try:
+        if num_threads is not None:
+            torch.set_num_threads(num_threads)
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+        dist.init_process_group(backend, rank=rank, world_size=world_size)
+        try:
+            message = ("ok", to_cpu(worker(rank, world_size, *args)))
+        finally:
+            dist.destroy_process_group()
+        payload = pickle.dumps(message)
+    except BaseException:
+        payload = pickle.dumps(("error", traceback.format_exc()))
+    writer.send_bytes(payload)
+    writer.close()
+
+
+def _run_in_this_process(worker, world_size, args, backend):
+    """Under torchrun: this process is one rank; run the worker here for it."""
+    rank, size, local_rank = (int(os.environ[name]) for name in TORCHRUN_VARIABLES)
+    if size != world_size:
+        raise ValueError(f"launch(..., world_size={world_size}) under torchrun, which started WORLD_SIZE={size} "
+                         "processes: make them agree (torchrun --nproc_per_node)")
+    if dist.is_initialized():  # the script set the group up itself: leave it as it is
+        return worker(rank, size, *args)
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend, rank=rank, world_size=size)
+    try:
+        return worker(rank, size, *args)
+    finally:
+        dist.destroy_process_group()
