@@ -10,13 +10,14 @@ BUDGET_S = 30  # the per-notebook target on a 2-core laptop CPU; reported, never
 
 def main() -> int:
     names = sys.argv[1:] or assignments()
-    print(f"{'notebook':40} {'seconds':>8}")
+    width = max(len(f"solutions/{a}/{source_path(a).name}") for a in names)
+    print(f"{'notebook':{width}} {'seconds':>8}")
     total = time.perf_counter()
     for assignment in names:
         _, seconds = execute(source_path(assignment))
         note = "" if seconds < BUDGET_S else f"  over the {BUDGET_S} s target"
-        print(f"{source_path(assignment).relative_to(source_path(assignment).parents[2])!s:40} {seconds:8.1f}{note}", flush=True)
-    print(f"{'all':40} {time.perf_counter() - total:8.1f}")
+        print(f"{source_path(assignment).relative_to(source_path(assignment).parents[2])!s:{width}} {seconds:8.1f}{note}", flush=True)
+    print(f"{'all':{width}} {time.perf_counter() - total:8.1f}")
     return 0
 
 
