@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # nbgrader runs `alembic` as a subprocess when it makes a gradebook: the venv must be on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help setup lab test release bench clean
+.PHONY: help setup lab check test release bench clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -26,6 +26,9 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 lab: setup ## open JupyterLab on notebooks/ (runs setup first if needed)
 	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks \
 	  $(if $(filter 0,$(shell id -u)),--allow-root)  # root: containers, cloud machines
+
+check: setup ## run a notebook's visible tests, per exercise: make check NB=02 (or NB=path/to/a/copy.ipynb)
+	$(BIN)/python -m torchcourse.check $(NB)
 
 test: setup ## run the course's whole test suite (TESTS=... to pick, e.g. TESTS="-k ex4_sliding_window")
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup $(TESTS)
