@@ -10,6 +10,8 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+from torchcourse.check import HIDDEN, answer_cells, grading, test_cells
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
@@ -34,33 +36,23 @@ def read(path: Path) -> nbformat.NotebookNode:
     return nbformat.read(path, as_version=4)
 
 
-def grading(cell) -> dict:
-    """The cell's nbgrader metadata ({} for a lesson cell)."""
-    return cell.metadata.get("nbgrader", {})
-
-
 def answer_ids(nb) -> list[str]:
     """grade_ids of the answer (solution) cells, one per exercise, in order."""
-    return [grading(c)["grade_id"] for c in nb.cells if grading(c).get("solution")]
+    return [grading(cell)["grade_id"] for cell in answer_cells(nb)]
 
 
 def graded_cells_of(nb, answer_id: str) -> list[str]:
-    """grade_ids of the test cells of one exercise: named after its answer cell."""
-    return [grading(c)["grade_id"] for c in nb.cells
-            if grading(c).get("grade") and grading(c)["grade_id"].startswith(answer_id + "_")]
+    """grade_ids of the test cells of one exercise."""
+    return [grading(cell)["grade_id"] for cell in test_cells(nb, answer_id)]
 
 
 def hidden_test_lines(nb) -> tuple[list[str], set[str]]:
     """Non-blank lines inside the hidden-test markers of a source notebook, and the set of lines outside them."""
-    hidden, visible, inside = [], set(), False
+    hidden, visible = [], set()
     for cell in nb.cells:
-        for line in cell.source.splitlines():
-            if "### BEGIN HIDDEN TESTS" in line:
-                inside = True
-            elif "### END HIDDEN TESTS" in line:
-                inside = False
-            elif line.strip():
-                (hidden.append if inside else visible.add)(line.strip())
+        for block in HIDDEN.findall(cell.source):
+            hidden += [line.strip() for line in block.splitlines()[1:-1] if line.strip()]  # the markers themselves left out
+        visible |= {line.strip() for line in HIDDEN.sub("", cell.source).splitlines() if line.strip()}
     return hidden, visible
 
 
@@ -76,10 +68,9 @@ def with_answers(nb, answers: dict[str, str]):
 def solution_answers(assignment: str) -> dict[str, str]:
     """The reference answer of every exercise, as a student would type it (markers removed)."""
     answers = {}
-    for cell in read(source_path(assignment)).cells:
-        if grading(cell).get("solution"):
-            answers[grading(cell)["grade_id"]] = "\n".join(
-                line for line in cell.source.splitlines() if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line)
+    for cell in answer_cells(read(source_path(assignment))):
+        answers[grading(cell)["grade_id"]] = "\n".join(
+            line for line in cell.source.splitlines() if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line)
     return answers
 
 

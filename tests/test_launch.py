@@ -10,7 +10,6 @@ import torch
 import torch.distributed as dist
 
 from torchcourse.launch import free_port, launch, to_cpu
-from torchcourse.timing import time_it
 
 
 def child_pids() -> set[int]:
@@ -162,17 +161,6 @@ def test_spawn_refuses_a_worker_defined_in_an_interactive_main(monkeypatch):
     worker.__module__ = "__main__"
     with pytest.raises(RuntimeError, match="importable|cannot import"):
         launch(worker, 2, start_method="spawn")
-
-
-def test_time_it_synchronizes_the_device_around_the_clock(monkeypatch):
-    events = []
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append("sync"))
-    seconds = time_it(lambda: events.append("call"), "cuda", warmup=2, repeat=3, number=2)
-    assert seconds >= 0
-    assert events == ["call"] * 2 + ["sync", "call", "call", "sync"] * 3
-    assert time_it(lambda: time.sleep(0.01), "cpu", warmup=0, repeat=3) >= 0.009
-    durations = iter([0.05, 0.0, 0.0])
-    assert time_it(lambda: time.sleep(next(durations)), "cpu", warmup=0, repeat=3, reduce=min) < 0.04
 
 
 def test_forked_ranks_refuse_more_than_one_thread():

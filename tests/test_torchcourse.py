@@ -3,6 +3,7 @@
 import html
 import subprocess
 import sys
+import time
 
 import matplotlib
 import pytest
@@ -10,6 +11,7 @@ import torch
 
 from torchcourse.plots import plot_storage, storage_positions
 from torchcourse.seed import seed_everything
+from torchcourse.timing import time_it
 from torchcourse.widgets import describe, stride_explorer
 
 matplotlib.use("Agg")
@@ -67,3 +69,14 @@ def test_seed_everything_repeats_every_generator():
     second = (seed_everything(3), torch.rand(3))
     assert torch.equal(first[1], second[1])
     assert torch.equal(torch.rand(2, generator=first[0]), torch.rand(2, generator=second[0]))
+
+
+def test_time_it_synchronizes_the_device_around_the_clock(monkeypatch):
+    events = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append("sync"))
+    seconds = time_it(lambda: events.append("call"), "cuda", warmup=2, repeat=3, number=2)
+    assert seconds >= 0
+    assert events == ["call"] * 2 + ["sync", "call", "call", "sync"] * 3
+    assert time_it(lambda: time.sleep(0.01), "cpu", warmup=0, repeat=3) >= 0.009
+    durations = iter([0.05, 0.0, 0.0])
+    assert time_it(lambda: time.sleep(next(durations)), "cpu", warmup=0, repeat=3, reduce=min) < 0.04

@@ -25,7 +25,18 @@ class Exercise:
 
 
 def grading(cell) -> dict:
+    """The cell's nbgrader metadata ({} for a lesson cell)."""
     return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def answer_cells(nb) -> list:
+    """The answer (solution) cells, one per exercise, in order."""
+    return [cell for cell in nb.cells if grading(cell).get("solution")]
+
+
+def test_cells(nb, answer_id: str) -> list:
+    """The test cells of one exercise: the graded cells named after its answer cell (`<answer_id>_...`)."""
+    return [cell for cell in nb.cells if grading(cell).get("grade") and grading(cell)["grade_id"].startswith(answer_id + "_")]
 
 
 def find_notebook(name: str) -> Path:
@@ -57,9 +68,9 @@ def check(path: Path, timeout: int = 120) -> list[Exercise]:
                    resources={"metadata": {"path": str(path.parent)}}).execute()
 
     reports = []
-    for answer in (c for c in nb.cells if grading(c).get("solution")):
+    for answer in answer_cells(nb):
         name = grading(answer)["grade_id"]
-        tests = [c for c in nb.cells if grading(c).get("grade") and grading(c)["grade_id"].startswith(name + "_")]
+        tests = test_cells(nb, name)
         points = sum(float(grading(t).get("points", 0)) for t in tests)
         errors = [o for t in tests for o in t.get("outputs", []) if o.output_type == "error"]
         if STUB in answer.source and all(e.ename == "NotImplementedError" for e in errors):
