@@ -7,10 +7,10 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # nbgrader runs `alembic` as a subprocess when it makes a gradebook: the venv must be on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help setup lab check test release bench clean
+.PHONY: help setup lab check test release grade bench bench-grade clean
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 setup: $(VENV)/.installed ## create .venv: pinned packages, the torchcourse helpers, nbgrader's extensions
 
@@ -34,12 +34,20 @@ test: setup ## run the course's whole test suite (TESTS=... to pick, e.g. TESTS=
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup $(TESTS)
 
 release: setup ## regenerate the student notebooks/ from solutions/ with nbgrader
+	$(BIN)/python tests/colab_cell.py  # each notebook's first cell, from its template and pyproject's address
 	rm -rf notebooks
 	$(BIN)/nbgrader generate_assignment "*" --force --no-db --log-level=WARN
+
+grade: setup ## grade a class in parallel: make grade ASSIGNMENT=02 SUBMISSIONS=path/to/folder-or.zip (ARGS="--force ...")
+	$(if $(and $(ASSIGNMENT),$(SUBMISSIONS)),,$(error usage: make grade ASSIGNMENT=02 SUBMISSIONS=path/to/submissions))
+	$(BIN)/python -m autograder grade $(ASSIGNMENT) $(SUBMISSIONS) --jobs $(JOBS) $(ARGS)
 
 bench: setup ## print the wall time of executing each solution notebook
 	$(BIN)/python tests/benchmark.py
 
+bench-grade: setup ## plain sequential nbgrader against make grade on one class of notebooks 02 and 03
+	$(BIN)/python tests/benchmark_grading.py
+
 clean: ## remove grading scratch and caches (keeps .venv)
-	rm -rf autograder/submitted autograder/autograded autograder/feedback autograder/gradebook.db .pytest_cache
+	rm -rf autograder/submitted autograder/autograded autograder/feedback autograder/grades autograder/gradebook.db .pytest_cache
 	find . -name __pycache__ -not -path "./$(VENV)/*" -prune -exec rm -rf {} +

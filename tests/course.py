@@ -13,6 +13,7 @@ from nbclient import NotebookClient
 from torchcourse.check import HIDDEN, answer_cells, grading, test_cells
 
 ROOT = Path(__file__).resolve().parents[1]
+SETUP_CELLS = ("colab-setup", "setup")  # ids of the code cells that open every notebook, in order
 BIN = Path(sys.executable).parent
 
 
@@ -62,6 +63,20 @@ def with_answers(nb, answers: dict[str, str]):
     for cell in nb.cells:
         if grading(cell).get("grade_id") in answers:
             cell.source = answers[grading(cell)["grade_id"]]
+    return nb
+
+
+def exercises_only(nb):
+    """The set-up cells (Colab's, then the imports) and everything from the first graded cell on.
+
+    Catalogued answers are graded this way: it skips the lesson (most of the time), and since a wrong answer to one
+    exercise must leave the others their points, it also proves that no exercise depends on the lesson's state.
+    """
+    nb = nbformat.from_dict(nb)
+    first = next(i for i, cell in enumerate(nb.cells) if grading(cell))
+    setup = [cell for cell in nb.cells[:first] if cell.id in SETUP_CELLS]
+    assert [cell.id for cell in setup] == list(SETUP_CELLS), "every notebook opens with these set-up cells"
+    nb.cells = setup + nb.cells[first:]
     return nb
 
 

@@ -7,24 +7,11 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from course import (ROOT, answer_ids, assignments, grading, nbgrader, read, solution_answers, source_path,
-                    graded_cells_of, with_answers, wrong_answers)
+from course import (ROOT, answer_ids, assignments, exercises_only, grading, nbgrader, read, solution_answers,
+                    source_path, graded_cells_of, with_answers, wrong_answers)
 
 
 KINDS = {"WRONG": "wrong", "NOISY_BUT_RIGHT": "noisy"}
-
-
-def exercises_only(nb):
-    """The setup cell and everything from the first graded cell on.
-
-    Catalogued answers are graded this way: it skips the lesson (most of the time), and since a wrong answer to one
-    exercise must leave the others their points, it also proves that no exercise depends on the lesson's state.
-    """
-    nb = nbformat.from_dict(nb)
-    first = next(i for i, cell in enumerate(nb.cells) if grading(cell))
-    setup = next(cell for cell in nb.cells if cell.cell_type == "code")
-    nb.cells = [setup] + nb.cells[first:]
-    return nb
 
 
 def class_of(assignment: str, release) -> dict:

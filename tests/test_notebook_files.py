@@ -1,10 +1,11 @@
 """The committed notebooks are clean sources: no outputs, stable ids, well-formed nbgrader cells."""
 
+import ast
 import re
 
 import pytest
 
-from course import ROOT, answer_ids, assignments, grading, read, source_path, graded_cells_of, wrong_answers
+from course import HIDDEN, ROOT, answer_ids, assignments, grading, read, source_path, graded_cells_of, wrong_answers
 
 ALL_NOTEBOOKS = sorted((ROOT / "solutions").rglob("*.ipynb")) + sorted((ROOT / "notebooks").rglob("*.ipynb"))
 
@@ -57,3 +58,18 @@ def test_wrong_answer_catalogue_covers_every_exercise(assignment):
         assert len(catalogue["WRONG"].get(answer_id, {})) >= 2, f"{answer_id} needs at least two wrong answers"
     unknown = (set(catalogue["WRONG"]) | set(catalogue["NOISY_BUT_RIGHT"])) - set(exercises)
     assert not unknown, f"catalogue names no such exercise: {unknown}"
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_hidden_checks_say_what_failed(assignment):
+    # Students' feedback hides the hidden code, so a bare AssertionError would tell them nothing.
+    silent = []
+    for cell in read(source_path(assignment)).cells:
+        for block in HIDDEN.findall(cell.source):
+            for node in ast.walk(ast.parse(block)):
+                if isinstance(node, ast.Assert) and node.msg is None:
+                    silent.append(f"{cell.id}: {ast.unparse(node)[:80]}")
+                if (isinstance(node, ast.Call) and ast.unparse(node.func).endswith("assert_close")
+                        and not any(k.arg == "msg" for k in node.keywords)):
+                    silent.append(f"{cell.id}: {ast.unparse(node)[:80]}")
+    assert not silent, f"give these hidden checks a message (msg= for assert_close): {silent}"

@@ -1,0 +1,115 @@
+"""Plain sequential nbgrader against `python -m autograder grade`, on the same class of notebooks 02 and 03.
+
+    make bench-grade        (JOBS=N to change the parallel jobs; default: the number of cores)
+
+Prints the wall times, their ratio, the per-submission overhead beyond running the notebook, and checks that
+both give every submission the same score.
+"""
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+from nbgrader.api import Gradebook
+
+sys.path.insert(0, str(Path(__file__).parent))
+from classroom import broken_class, write_folder  # noqa: E402
+from course import ROOT, nbgrader, source_path  # noqa: E402
+
+ASSIGNMENTS = ("02_autograd", "03_modules")
+TIMEOUT = "20"
+# 13 submissions per notebook: right and wrong answers, an unedited notebook, an infinite loop, a truncated file.
+MIX = {"right": 5, "wrong": 4, "tests_edited": 1, "unedited": 1, "loop": 1, "truncated": 1}
+
+
+def make_class(assignment: str, other: str, folder: Path) -> None:
+    base = broken_class(assignment, other, [])
+    write_folder(folder, {f"{kind}{k}": base[kind] for kind, n in MIX.items() for k in range(n)},
+                 source_path(assignment).name)
+
+
+def course_copy(folder: Path) -> Path:
+    for name in ASSIGNMENTS:
+        shutil.copytree(ROOT / "solutions" / name, folder / "solutions" / name)
+    shutil.copy(ROOT / "nbgrader_config.py", folder)
+    (folder / "autograder").mkdir()
+    return folder
+
+
+def plain_nbgrader(course: Path, classes: dict[str, Path]) -> tuple[float, dict]:
+    """nbgrader autograde and generate_feedback, as documented, one assignment after the other."""
+    for assignment, folder in classes.items():
+        nbgrader("generate_assignment", assignment, "--force", cwd=course)  # set-up, not timed
+        for student in folder.iterdir():
+            if any(student.iterdir()):
+                shutil.copytree(student, course / "autograder" / "submitted" / student.name / assignment)
+    start = time.perf_counter()
+    for assignment in classes:
+        # nbgrader exits with an error when any submission fails (the truncated file): the others are graded.
+        subprocess.run([sys.executable, "-m", "nbgrader", "autograde", assignment, "--create",
+                        f"--Execute.timeout={TIMEOUT}"], cwd=course, capture_output=True)
+        subprocess.run([sys.executable, "-m", "nbgrader", "generate_feedback", assignment], cwd=course,
+                       capture_output=True)
+    seconds = time.perf_counter() - start
+    scores = {}
+    with Gradebook(f"sqlite:///{course}/autograder/gradebook.db") as gb:
+        for assignment in classes:
+            for submission in gb.assignment_submissions(assignment):
+                graded = (course / "autograder" / "autograded" / submission.student.id / assignment).exists()
+                scores[(assignment, submission.student.id)] = submission.score if graded else None
+    return seconds, scores
+
+
+def ours(course: Path, classes: dict[str, Path], jobs: int) -> tuple[float, dict, list[dict]]:
+    start = time.perf_counter()
+    for assignment, folder in classes.items():
+        subprocess.run([sys.executable, "-m", "autograder", "grade", assignment, str(folder), "--jobs", str(jobs),
+                        "--timeout", TIMEOUT, "--course", str(course)], cwd=ROOT, check=True, capture_output=True)
+    seconds = time.perf_counter() - start
+    scores, results = {}, []
+    for assignment in classes:
+        out = course / "autograder" / "grades" / assignment
+        for row in csv.DictReader(open(out / "grades.csv")):
+            scores[(assignment, row["student_id"])] = float(row["score"]) if row["status"] != "invalid" else None
+        results += [json.loads(p.read_text()) for p in (out / "results").glob("*.json")]
+    return seconds, scores, results
+
+
+def main() -> None:
+    jobs = int(os.environ.get("JOBS") or os.cpu_count() or 1)
+    env_path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    os.environ["PATH"] = env_path  # nbgrader runs alembic
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        classes = {}
+        for assignment, other in zip(ASSIGNMENTS, ASSIGNMENTS[::-1]):
+            classes[assignment] = tmp / "class" / assignment
+            make_class(assignment, other, classes[assignment])
+        n = sum(len(list(f.iterdir())) for f in classes.values())
+        print(f"class: {n} submissions of {', '.join(ASSIGNMENTS)} ({', '.join(f'{k}×{v}' for k, v in MIX.items())} "
+              f"each); {os.cpu_count()} cores, {jobs} jobs")
+        base_s, base = plain_nbgrader(course_copy(tmp / "plain"), classes)
+        our_s, our, results = ours(course_copy(tmp / "ours"), classes, jobs)
+    differ = {k: (base.get(k), our.get(k)) for k in our if base.get(k) != our.get(k)}
+    executed = [r for r in results if r["execute_seconds"]]
+    overhead = sum(r["seconds"] - r["execute_seconds"] for r in executed) / max(1, len(executed))
+    run = sum(r["execute_seconds"] for r in executed) / max(1, len(executed))
+    print(f"plain nbgrader, sequential (autograde + generate_feedback): {base_s:6.1f} s  ({base_s / n:.2f} s per submission)")
+    print(f"python -m autograder grade --jobs {jobs}:                    {our_s:6.1f} s  ({our_s / n:.2f} s per submission)")
+    print(f"ratio of wall times: {base_s / our_s:.2f}x")
+    print(f"per submission, in a grading process: {run:.2f} s running cells, {overhead:.2f} s beyond that "
+          "(kernel start and stop, nbgrader's steps, feedback)")
+    print("scores: " + ("all agree" if not differ else f"{len(differ)} differ (plain nbgrader, ours): {differ}"))
+    if differ:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

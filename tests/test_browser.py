@@ -1,0 +1,301 @@
+"""What a student sees in JupyterLab, in a real browser: the solutions run from the UI, and nbgrader's Validate button."""
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections import namedtuple
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout, sync_playwright
+
+from course import BIN, ROOT, answer_ids, assignments, graded_cells_of, read, release_path, solution_answers, source_path
+from torchcourse.check import grading
+
+# One xdist worker runs all of these, so that they share one server and one browser.
+pytestmark = pytest.mark.xdist_group("browser")
+
+CHROMIUM = "/usr/bin/chromium"  # Debian's; `playwright install` would download another one
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+SHOTS = ROOT / "tests" / ".browser-screenshots"  # git-ignored; kept after the run to be looked at
+VIEWPORT = {"width": 1280, "height": 900}
+RUN_TIMEOUT_MS = 240_000  # a notebook takes 5-20 s alone; generous for a loaded machine, but finite
+# Our lab settings: no news pop-up over the page, and no autosave, which would write outputs into solutions/.
+LAB_SETTINGS = {
+    "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
+    "@jupyterlab/docmanager-extension/plugin": {"autosave": False},
+}
+Lab = namedtuple("Lab", "url token")
+
+# A figure is expected from a cell that calls plt.* or a plot_* function (other than defining one).
+FIGURE = re.compile(r"\bplt\.\w|^(?!\s*def ).*\bplot_\w+\(", re.M)
+WIDGET = re.compile(r"\binteract\(|_explorer\(")
+# What the browser shows instead of a live widget: the placeholder, an error, or the kernel's text repr.
+NOT_A_WIDGET = re.compile(r"Loading widget|Error displaying widget|\b\w+\(children=|\b\w+(Slider|Text|Dropdown)\(value=")
+# stderr a student may see: a Python warning (`file:line: SomethingWarning: ...`). Tracebacks are stderr too:
+# JupyterLab renders an error output with the stderr mime type.
+WARNING = re.compile(r"\S.*:\d+: \w*Warning: ")
+
+CELLS_JS = """() => [...document.querySelectorAll('.jp-NotebookPanel .jp-Cell')].map(cell => ({
+  prompt: cell.querySelector('.jp-InputPrompt')?.textContent || '',
+  text: [...cell.querySelectorAll('.jp-OutputArea-output')].map(o => o.textContent).join('\\n'),
+  stderr: [...cell.querySelectorAll('[data-mime-type$="jupyter.stderr"], [data-mime-type$="jupyter.error"]')].map(o => o.textContent),
+  images: [...cell.querySelectorAll('.jp-OutputArea-output img')].map(i => i.naturalWidth),
+  widgets: cell.querySelectorAll('.jp-OutputArea-output .jupyter-widgets').length,
+}))"""
+# What a widget drives: its pictures and the text of its HTML and Output parts (not the control's own readout).
+DRIVEN_JS = """cell => [...cell.querySelectorAll('img')].map(i => i.src).join()
+  + [...cell.querySelectorAll('.widget-html-content, .widget-output')].map(e => e.textContent).join()"""
+# Run All has finished: the kernel idle, a cell run, none queued or running ([*]; after an error the rest show [ ]).
+DONE_JS = """() => { const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent);
+  return document.querySelector('.jp-Notebook-ExecutionIndicator[data-status="idle"]')
+    && prompts.some(p => /\\[\\d+\\]/.test(p)) && !prompts.some(p => p.includes('*')) }"""
+STARTED_JS = "() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].some(p => /[*\\d]/.test(p.textContent))"
+STATUS_JS = """() => [document.querySelector('.jp-Notebook-ExecutionIndicator')?.getAttribute('data-status'),
+  [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent).join(' ')]"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def api(lab: Lab, method: str, path: str):
+    """Call the Jupyter server's REST API; the decoded JSON answer, or None."""
+    request = urllib.request.Request(f"{lab.url}/{path}", method=method, headers={"Authorization": f"token {lab.token}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        body = response.read()
+    return json.loads(body) if body else None
+
+
+def descendants(pid: int) -> list[int]:
+    """Process ids under `pid` (kernels, their workers), from /proc; [] where there is none."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            pass  # a process that ended meanwhile
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        children = [child for child, its_parent in parents.items() if its_parent == parent]
+        found += children
+        todo += children
+    return found
+
+
+def stop(server: subprocess.Popen, lab: Lab):
+    """Shut the server down with its kernels, the polite way first; kill whatever is left."""
+    leftovers = descendants(server.pid)
+    try:
+        api(lab, "POST", "api/shutdown")  # shuts the kernels down, then the server
+        server.wait(timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        server.kill()
+        server.wait()
+    for pid in leftovers:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # ended as it should have
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's chromium, headless, driven by Playwright."""
+    if not Path(CHROMIUM).exists():
+        reason = f"{CHROMIUM} is missing: `apt-get install chromium` (.ci/run does)"
+        if os.environ.get("CI"):  # .ci/run sets it: CI must not pass without the browser test
+            pytest.fail(reason)
+        pytest.skip(reason)
+    shutil.rmtree(SHOTS, ignore_errors=True)
+    SHOTS.mkdir(parents=True)
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """The project's JupyterLab, as `make lab` starts it, on a free loopback port with a random token."""
+    home = tmp_path_factory.mktemp("lab")
+    for name, values in LAB_SETTINGS.items():
+        (home / "settings" / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / "settings" / f"{name}.jupyterlab-settings").write_text(json.dumps(values))
+    port = free_port()
+    lab = Lab(f"http://127.0.0.1:{port}", secrets.token_hex(16))
+    command = [BIN / "jupyter", "lab", f"--ServerApp.root_dir={ROOT}", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+               "--ServerApp.port_retries=0", f"--IdentityProvider.token={lab.token}", "--no-browser", "--ServerApp.open_browser=False",
+               # ours, not the user's: settings, workspaces, and checkpoints (absolute: no .ipynb_checkpoints in solutions/)
+               f"--LabApp.user_settings_dir={home / 'settings'}", f"--LabApp.workspaces_dir={home / 'workspaces'}",
+               f"--FileCheckpoints.checkpoint_dir={home / 'checkpoints'}"]
+    if os.getuid() == 0:
+        command.append("--allow-root")  # as `make lab` does: containers, cloud machines
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")  # nbgrader's Validate calls the venv
+    log = home / "server.log"
+    # cwd: nbgrader's Validate reads nbgrader_config.py from the server's working folder
+    server = subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log.open("w"),
+                              stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                api(lab, "GET", "api/status")
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"JupyterLab did not start:\n{log.read_text()[-3000:]}")
+                time.sleep(0.5)
+        yield lab
+    finally:
+        stop(server, lab)
+
+
+@contextmanager
+def notebook_page(browser, lab: Lab, path: Path):
+    """A fresh tab with the notebook at `path` open and its kernel idle; the kernel is shut down afterwards."""
+    relative = path.relative_to(ROOT).as_posix()
+    page = browser.new_page(viewport=VIEWPORT)
+    page.set_default_timeout(60_000)
+    try:
+        page.goto(f"{lab.url}/lab/tree/{relative}?reset&token={lab.token}")  # reset: no tabs from an earlier page
+        page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]')
+        yield page
+    finally:
+        page.close()
+        for session in api(lab, "GET", "api/sessions"):
+            if session["path"] == relative:
+                api(lab, "DELETE", f"api/sessions/{session['id']}")
+
+
+def run_all(page):
+    """Run > Run All Cells, from the menu bar; wait until every code cell has run and the kernel is idle."""
+    for _ in range(3):  # now and then a first click runs nothing (the kernel still connecting?): click again
+        page.click(".lm-MenuBar-itemLabel:text-is('Run')")
+        page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
+        try:
+            page.wait_for_function(STARTED_JS, timeout=15_000)
+            break
+        except PlaywrightTimeout:
+            pass
+    try:
+        page.wait_for_function(DONE_JS, timeout=RUN_TIMEOUT_MS)
+    except PlaywrightTimeout:
+        status = page.evaluate(STATUS_JS)
+        pytest.fail(f"Run All did not finish in {RUN_TIMEOUT_MS / 1000:.0f} s (see {screenshot(page, 'timeout')}): {status}")
+    # widgets render after their cell has run: give the placeholders time to go
+    page.wait_for_function("() => ![...document.querySelectorAll('.jp-OutputArea-output')].some(o => o.textContent.includes('Loading widget'))")
+
+
+def screenshot(page, name: str) -> Path:
+    """The whole notebook in one picture: a viewport as tall as the notebook, scrolled to the top."""
+    height = page.evaluate("() => { const o = document.querySelector('.jp-NotebookPanel .jp-WindowedPanel-outer');"
+                           " o.scrollTop = 0; return o.scrollHeight }")
+    page.set_viewport_size({"width": VIEWPORT["width"], "height": min(height + 200, 30_000)})
+    page.wait_for_timeout(500)  # layout and paint at the new size
+    path = SHOTS / f"{name}.png"
+    page.screenshot(path=path, full_page=True)
+    page.set_viewport_size(VIEWPORT)
+    return path
+
+
+def problems(page, nb) -> list[str]:
+    """What is wrong in what the page shows, cell by cell; [] when nothing is."""
+    cells = page.evaluate(CELLS_JS)
+    if len(cells) != len(nb.cells):
+        return [f"the page shows {len(cells)} cells, the notebook has {len(nb.cells)}"]
+    found = []
+    for number, (cell, shown) in enumerate(zip(nb.cells, cells)):
+        if cell.cell_type != "code" or not cell.source.strip():
+            continue  # JupyterLab does not number an empty cell
+        where = f"cell {number} ({cell.id})"
+        if not re.fullmatch(r"\[\d+\]:", shown["prompt"]):
+            found.append(f"{where} did not run: prompt {shown['prompt']!r}")
+        found += [f"{where} shows an error or stray stderr:\n{text[:1500]}" for text in shown["stderr"]
+                  if not WARNING.match(text) or "Traceback" in text]
+        if match := NOT_A_WIDGET.search(shown["text"]):
+            found.append(f"{where} shows {match.group()!r} instead of a live widget")
+        if WIDGET.search(cell.source) and not shown["widgets"]:
+            found.append(f"{where} shows no widget")
+        if FIGURE.search(cell.source) and not shown["images"]:
+            found.append(f"{where} draws a figure but shows no image")
+        if "<Figure size" in shown["text"] or 0 in shown["images"]:
+            found.append(f"{where} shows a figure as text or a broken image")
+    return found
+
+
+def poke(control):
+    """Change a control as a student would: a slider one step to the right, a text box by typing at its end."""
+    if "noUi-handle" in control.get_attribute("class"):
+        control.press("ArrowRight")
+    else:
+        control.click()
+        control.press("End")
+        control.press_sequentially(", 2")  # the stride explorer's shape "3, 4" becomes "3, 4, 2"
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_solution_in_jupyterlab(browser, lab, assignment):
+    path = source_path(assignment)
+    nb = read(path)
+    with notebook_page(browser, lab, path) as page:
+        run_all(page)
+        shot = screenshot(page, f"{assignment}-run")
+        assert not (found := problems(page, nb)), f"{assignment} in the browser (see {shot}):\n" + "\n".join(found)
+        widget_cells = page.locator(".jp-Cell:has(.jp-OutputArea-output > .jupyter-widgets)")
+        for index in range(widget_cells.count()):
+            cell = widget_cells.nth(index)
+            control = cell.locator(".noUi-handle, input[type=text]").first
+            assert control.count(), f"{assignment}: a widget with no control this test can move (see {shot}); teach poke() its kind"
+            before = cell.evaluate(DRIVEN_JS)
+            poke(control)
+            page.wait_for_function(f"([cell, before]) => ({DRIVEN_JS})(cell) !== before", arg=[cell.element_handle(), before],
+                                   timeout=60_000)
+        if widget_cells.count():
+            page.wait_for_function(DONE_JS)  # the widget's callback has finished
+            shot = screenshot(page, f"{assignment}-widgets")
+            assert not (found := problems(page, nb)), f"{assignment} after moving its widgets (see {shot}):\n" + "\n".join(found)
+
+
+def test_validate_button_passes_an_answer_typed_in_the_editor(browser, lab):
+    assignment = assignments()[0]
+    student = read(release_path(assignment))
+    typed, unanswered = answer_ids(student)[:2]  # the first exercise's tests write no stderr, which Validate counts as failing
+    answer = solution_answers(assignment)[typed]
+    docstring = {grading(c).get("grade_id"): c.source.splitlines()[0] for c in student.cells if grading(c).get("grade")}
+    folder = Path(tempfile.mkdtemp(prefix="browser-test-", dir=ROOT))  # under the server's root; notebooks/ stays untouched
+    try:
+        copy = Path(shutil.copy(release_path(assignment), folder))
+        with notebook_page(browser, lab, copy) as page:
+            index = [grading(c).get("grade_id") for c in student.cells].index(typed)
+            page.locator(".jp-NotebookPanel .jp-Cell").nth(index).locator(".cm-content").click()
+            page.keyboard.press("Control+a")
+            page.keyboard.insert_text(answer)  # as pasted: typing key by key would add the editor's auto-indent
+            page.click(".validate-button")
+            dialog = page.wait_for_selector("#validation-message", timeout=RUN_TIMEOUT_MS)
+            shot = SHOTS / "validate.png"
+            page.screenshot(path=shot)
+            shown = dialog.inner_text()
+        saved = {grading(c).get("grade_id"): c.source for c in read(copy).cells}
+        assert saved[typed] == answer, f"the editor did not receive the answer as typed (see {shot})"
+        assert "The following cell failed" in shown, f"Validate ran no tests (see {shot}):\n{shown}"
+        for test in graded_cells_of(student, typed):
+            assert docstring[test] not in shown, f"{test} fails for the solution typed in (see {shot}):\n{shown}"
+        assert docstring[f"{unanswered}_tests"] in shown, f"Validate does not report the unanswered {unanswered} (see {shot})"
+    finally:
+        shutil.rmtree(folder)
