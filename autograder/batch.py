@@ -133,7 +133,7 @@ def run_jobs(todo: list[grade_one.Job], jobs: int, deadline: float, progress: Pr
                     why = ("crashed", f"the grading process ended unexpectedly (exit code {process.exitcode})")
                 path = Path(job.out) / "results" / f"{job.student_id}.json"
                 if over or not path.exists():
-                    write_result(path, asdict(grade_one.not_graded(job, *why)))
+                    grade_one.write_result(path, asdict(grade_one.not_graded(job, *why)))
                 progress.update(json.loads(path.read_text()))
     except KeyboardInterrupt:
         for process, _, _ in running.values():
@@ -141,12 +141,6 @@ def run_jobs(todo: list[grade_one.Job], jobs: int, deadline: float, progress: Pr
         processes.stop_descendants(os.getpid())
         print(f"\ninterrupted: {progress.done} graded; run the same command again to grade the rest", file=sys.stderr)
         raise SystemExit(130)
-
-
-def write_result(path: Path, result: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    os.replace(tmp, path)
 
 
 def write_table(path: Path, results: list[dict], grade_ids: list[str]) -> None:

@@ -1,11 +1,10 @@
 """Feedback without hidden tests: not their code, nor the lines a traceback or an output would quote from them."""
 
-import re
-
 from nbformat import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*\n?", re.S | re.M)
+from torchcourse.check import HIDDEN  # the one definition of the hidden-test markers
+
 NOTICE = "# Hidden tests ran here when your notebook was graded; their code is not shown.\n"
 
 

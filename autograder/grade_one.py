@@ -244,7 +244,11 @@ def run(job: Job) -> None:
         shutil.rmtree(job.scratch, ignore_errors=True)
     result.seconds = round(time.perf_counter() - start, 2)
     result.execute_seconds = round(GUARD.execute_seconds, 2)
-    path = Path(job.out) / "results" / f"{job.student_id}.json"
+    write_result(Path(job.out) / "results" / f"{job.student_id}.json", asdict(result))
+
+
+def write_result(path: Path, result: dict) -> None:
+    """A result is there whole or not at all: an interrupted run grades that student again."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(result), indent=1))
-    os.replace(tmp, path)  # a result is there whole or not at all: an interrupted run grades it again
+    tmp.write_text(json.dumps(result, indent=1))
+    os.replace(tmp, path)

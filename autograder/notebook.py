@@ -7,6 +7,8 @@ import warnings
 
 import nbformat
 
+from torchcourse.check import grading
+
 from .collect import MAX_BYTES
 
 CELL_ID = re.compile(r"^[a-zA-Z0-9-_]{1,64}$")
@@ -17,7 +19,7 @@ class Invalid(Exception):
 
 
 def grade_id(cell) -> str | None:
-    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+    return grading(cell).get("grade_id")
 
 
 def nbgrader_ids(nb) -> list[str]:

@@ -16,11 +16,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import nbformat
 from nbgrader.api import Gradebook
 
 sys.path.insert(0, str(Path(__file__).parent))
-from classroom import broken_class, write_folder  # noqa: E402
+from classroom import broken_class, scratch_course, write_folder  # noqa: E402
 from course import ROOT, nbgrader, source_path  # noqa: E402
 
 ASSIGNMENTS = ("02_autograd", "03_modules")
@@ -33,14 +32,6 @@ def make_class(assignment: str, other: str, folder: Path) -> None:
     base = broken_class(assignment, other, [])
     write_folder(folder, {f"{kind}{k}": base[kind] for kind, n in MIX.items() for k in range(n)},
                  source_path(assignment).name)
-
-
-def course_copy(folder: Path) -> Path:
-    for name in ASSIGNMENTS:
-        shutil.copytree(ROOT / "solutions" / name, folder / "solutions" / name)
-    shutil.copy(ROOT / "nbgrader_config.py", folder)
-    (folder / "autograder").mkdir()
-    return folder
 
 
 def plain_nbgrader(course: Path, classes: dict[str, Path]) -> tuple[float, dict]:
@@ -95,8 +86,8 @@ def main() -> None:
         n = sum(len(list(f.iterdir())) for f in classes.values())
         print(f"class: {n} submissions of {', '.join(ASSIGNMENTS)} ({', '.join(f'{k}×{v}' for k, v in MIX.items())} "
               f"each); {os.cpu_count()} cores, {jobs} jobs")
-        base_s, base = plain_nbgrader(course_copy(tmp / "plain"), classes)
-        our_s, our, results = ours(course_copy(tmp / "ours"), classes, jobs)
+        base_s, base = plain_nbgrader(scratch_course(tmp / "plain", ASSIGNMENTS), classes)
+        our_s, our, results = ours(scratch_course(tmp / "ours", ASSIGNMENTS), classes, jobs)
     differ = {k: (base.get(k), our.get(k)) for k in our if base.get(k) != our.get(k)}
     executed = [r for r in results if r["execute_seconds"]]
     overhead = sum(r["seconds"] - r["execute_seconds"] for r in executed) / max(1, len(executed))

@@ -2,12 +2,13 @@
 
 import hashlib
 import json
+import shutil
 import zipfile
 from pathlib import Path
 
 import nbformat
 
-from course import answer_ids, exercises_only, read, release_path, solution_answers, with_answers, wrong_answers
+from course import ROOT, answer_ids, exercises_only, read, release_path, solution_answers, with_answers, wrong_answers
 
 STUBBORN_LOOP = """import time
 while True:  # ignores the grader's interrupt
@@ -148,6 +149,15 @@ def broken_class(assignment: str, other: str, protected: list[str], lesson: bool
         "no_notebook": None,
     }
     return class_
+
+
+def scratch_course(folder: Path, assignments: tuple[str, ...]) -> Path:
+    """A course folder with these assignments' sources and the course's nbgrader settings."""
+    for name in assignments:
+        shutil.copytree(ROOT / "solutions" / name, folder / "solutions" / name)
+    shutil.copy(ROOT / "nbgrader_config.py", folder)
+    (folder / "autograder").mkdir()
+    return folder
 
 
 def write_folder(folder: Path, class_: dict[str, str | None], notebook: str) -> None:

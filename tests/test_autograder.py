@@ -2,18 +2,15 @@
 
 import csv
 import hashlib
-import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from classroom import broken_class, write_folder, write_zip
+from classroom import broken_class, scratch_course, write_folder, write_zip
 from course import ROOT, answer_ids, graded_cells_of, hidden_test_lines, nbgrader, read, source_path
 
 ASSIGNMENT, OTHER = "02_autograd", "03_modules"
@@ -60,15 +57,6 @@ def autograde(course: Path, submissions: Path, *args: str) -> subprocess.Complet
     return result
 
 
-def scratch_course(folder: Path) -> Path:
-    """A course folder with the sources of the two notebooks the class uses and the course's nbgrader settings."""
-    for name in (ASSIGNMENT, OTHER):
-        shutil.copytree(ROOT / "solutions" / name, folder / "solutions" / name)
-    shutil.copy(ROOT / "nbgrader_config.py", folder)
-    (folder / "autograder").mkdir()
-    return folder
-
-
 def fingerprint(paths: list[Path]) -> dict[str, str]:
     return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in paths}
 
@@ -76,7 +64,7 @@ def fingerprint(paths: list[Path]) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """The class graded once: (course, out folder, rows by student, the command's output, files before/after)."""
-    course = scratch_course(tmp_path_factory.mktemp("course"))
+    course = scratch_course(tmp_path_factory.mktemp("course"), (ASSIGNMENT, OTHER))
     submissions = tmp_path_factory.mktemp("submissions")
     protected = [f"{course}/**", f"{submissions}/**", f"{tempfile.gettempdir()}/autograder-*/**"]
     write_folder(submissions, broken_class(ASSIGNMENT, OTHER, protected, lesson=False), NOTEBOOK)
@@ -179,7 +167,7 @@ def test_a_second_run_grades_only_what_is_missing_and_gives_the_same_table(grade
 
 def test_zip_export_from_an_lms_with_a_student_pattern(tmp_path):
     """A flat zip as Canvas exports it: the --pattern names the student in each file name; --force regrades."""
-    course = scratch_course(tmp_path / "course")
+    course = scratch_course(tmp_path / "course", (ASSIGNMENT, OTHER))
     full = broken_class(ASSIGNMENT, OTHER, [], lesson=False)
     archive = tmp_path / "submissions.zip"
     write_zip(archive, {s: full[s] for s in ("right", "truncated")}, NOTEBOOK)
