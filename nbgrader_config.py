@@ -1,4 +1,4 @@
-"""nbgrader's view of this repository: solutions/ holds the sources, notebooks/ the student versions."""
+"""nbgrader's view of this repository, and how it grades on every path: `make grade`, `nbgrader autograde`, formgrader."""
 
 c = get_config()  # noqa: F821 (nbgrader provides it)
 c.CourseDirectory.course_id = "pytorch-course"
@@ -9,7 +9,22 @@ c.CourseDirectory.submitted_directory = "autograder/submitted"
 c.CourseDirectory.autograded_directory = "autograder/autograded"
 c.CourseDirectory.feedback_directory = "autograder/feedback"
 c.CourseDirectory.db_url = "sqlite:///autograder/gradebook.db"
+
+# Each kernel runs in a sandbox that sees the Python environment and these folders only (autograder/sandbox.py),
+# and the tests are checked to run as written (autograder/execute.py). A notebook that tampers with them goes to a human.
+c.Autograde.autograde_preprocessors = [
+    "autograder.execute.GuardedExecute", "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor", "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades", "autograder.review.FlagForReview",
+    "nbgrader.preprocessors.AssignLatePenalties", "nbgrader.preprocessors.CheckCellMetadata"]
+c.ClearMetadataPreprocessor.preserve_nb_metadata_mask = {("language_info", "name"), "autograder"}
+c.SandboxedKernelManager.read_only = ["data", "torchcourse"]
+c.SandboxedKernelManager.memory_gib = 4
+c.Execute.timeout = 120  # seconds a cell may run; generous, for a loaded machine
 # Our tests fail by raising, never by printing: drop stderr before grading so that a warning
 # (a PyTorch UserWarning, say) printed by a correct answer does not zero its test cell.
 c.IgnorePattern.enabled = True
 c.IgnorePattern.pattern = r"[\s\S]"
+# Feedback shows each test's name, points and message, never hidden test code (autograder/feedback.py).
+c.GenerateFeedback.preprocessors = ["nbgrader.preprocessors.GetGrades", "autograder.feedback.HideHiddenTests",
+                                    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]

@@ -1,10 +1,23 @@
-"""python -m autograder grade ASSIGNMENT SUBMISSIONS [--jobs N] [--timeout S] [--out DIR] [--force]"""
+"""python -m autograder grade ASSIGNMENT SUBMISSIONS [--jobs N] [--out DIR] [--force] [--timeout S] [--memory GiB] ..."""
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
-from .batch import Options, grade
+from .batch import BatchFailed, Options, grade
+
+
+def settings(args) -> dict:
+    """The command line's options as nbgrader settings, on top of the course's nbgrader_config.py."""
+    found = {}
+    for given, section, name in ((args.timeout, "Execute", "timeout"),
+                                 (args.memory, "SandboxedKernelManager", "memory_gib"),
+                                 (args.processes, "SandboxedKernelManager", "processes"),
+                                 (args.unfenced or None, "SandboxedKernelManager", "unfenced")):
+        if given is not None:
+            found.setdefault(section, {})[name] = given
+    return found
 
 
 def main() -> None:
@@ -12,20 +25,32 @@ def main() -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     g = commands.add_parser("grade", help="grade every submission of one assignment",
                             description="Grade every submission of one assignment, in parallel; write grades.csv, "
-                                        "feedback/<student>.html, and record the grades in the course's gradebook.")
+                                        "feedback/<student>.html, and record the grades in the course's gradebook. "
+                                        "Limits not given here are the course's nbgrader_config.py's.")
     g.add_argument("assignment", help="assignment name or number, e.g. 02_autograd or 02")
-    g.add_argument("submissions", type=Path, help="a folder (alice/02_x.ipynb or alice.ipynb) or a zip file of one")
+    g.add_argument("submissions", type=Path,
+                   help="a folder (alice/02_x.ipynb or alice.ipynb), a zip file of one, or one notebook (to grade, "
+                        "or debug, one student: its log is logs/<student>.log)")
     g.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="submissions graded at once (default: cores)")
-    g.add_argument("--timeout", type=int, default=60, help="seconds a cell may run (default 60)")
     g.add_argument("--out", type=Path, help="where grades.csv and feedback/ go (default autograder/grades/ASSIGNMENT)")
     g.add_argument("--force", action="store_true", help="grade again what an earlier run already graded")
-    g.add_argument("--memory", type=float, default=4.0, help="GiB of memory a student's kernel may use (default 4)")
     g.add_argument("--pattern", help=r"regex naming the student in each zip entry's path, e.g. "
                                      r"'^(?P<student_id>[^_/]+)_\d+_' for Canvas (default: alice/… or alice.ipynb)")
     g.add_argument("--course", type=Path, default=Path.cwd(), help="the course folder (default: here)")
+    g.add_argument("--timeout", type=int, help="seconds a cell may run (Execute.timeout)")
+    g.add_argument("--memory", type=float, help="GiB of memory a kernel may use (SandboxedKernelManager.memory_gib)")
+    g.add_argument("--processes", type=int, help="processes and threads a kernel may run at once")
+    g.add_argument("--unfenced", action="store_true",
+                   help="grade without the sandbox where bubblewrap cannot run: student code then runs with your "
+                        "permissions, and can read the answers and change other students' grades")
     args = parser.parse_args()
-    grade(Options(args.assignment, args.submissions, max(1, args.jobs), args.timeout, args.out, args.force,
-                  args.memory, args.pattern, args.course.resolve()))
+    try:
+        grade(Options(args.assignment, args.submissions, max(1, args.jobs), args.out, args.force, args.pattern,
+                      args.course.resolve(), settings(args)))
+    except BatchFailed as error:
+        print(f"\ngrading stopped: {error}.\nThe rows graded before that are in grades.csv; run the same command "
+              "again to grade the rest.", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
-"""Grade a class: every submission in a process of its own, N at a time; then grades.csv and the course's gradebook."""
+"""Grade a class: every submission in a process of its own, N at a time; grades.csv from the results on disk, whatever
+happens; then the course's gradebook."""
 
-import csv
+import fcntl
 import hashlib
-import json
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -12,22 +12,22 @@ import tempfile
 import time
 import warnings
 from collections import Counter, deque
-from dataclasses import asdict, dataclass
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import nbformat
 from nbgrader.api import Gradebook
-from sqlalchemy.exc import SAWarning
 from nbgrader.converters import GenerateAssignment
 from nbgrader.coursedir import CourseDirectory
+from sqlalchemy.exc import SAWarning
 from traitlets.config import Config, PyFileConfigLoader
 
 from . import grade_one, processes
 from .collect import collect
+from .kernel import SandboxUnavailable, require_sandbox
 from .notebook import nbgrader_ids
-
-STATUSES = ("graded", "timeout", "crashed", "invalid", "missing")
-FIXED_COLUMNS = ["student_id", "assignment", "notebook", "score", "max_score", "status", "message"]
+from .results import NEEDS_REVIEW, STATUSES, read_result, write_result, write_table
 
 
 @dataclass
@@ -35,20 +35,62 @@ class Options:
     assignment: str
     submissions: Path
     jobs: int
-    timeout: int
     out: Path | None
     force: bool
-    memory_gib: float
     pattern: str | None
     course: Path
+    settings: dict = field(default_factory=dict)  # nbgrader settings from the command line, {"Section": {...}}
 
 
-def course_directory(course: Path) -> tuple[CourseDirectory, Path | None]:
-    """The course's nbgrader settings (nbgrader_config.py in `course`), and that file."""
+class BatchFailed(Exception):
+    """A step of the batch itself failed; the rows graded before it are in grades.csv, and a rerun grades the rest."""
+
+
+@contextmanager
+def step(name: str):
+    """Name the step in the error if it fails."""
+    try:
+        yield
+    except (BatchFailed, SystemExit, KeyboardInterrupt):
+        raise
+    except Exception as error:
+        raise BatchFailed(f"{name} failed ({type(error).__name__}: {error})") from error
+
+
+@contextmanager
+def exclusive(path: Path, busy: str | None = None):
+    """Hold a lock on `path` (a file) for the block: wait for it, or with `busy`, SystemExit(busy) if it is held."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (fcntl.LOCK_NB if busy else 0))
+        except BlockingIOError:
+            raise SystemExit(busy) from None
+        yield
+
+
+def course_config(course: Path, settings: dict) -> tuple[Config, Path | None]:
+    """The course's nbgrader settings (nbgrader_config.py in `course`) with the command line's on top, and that file."""
     path = course / "nbgrader_config.py"
     config = PyFileConfigLoader(path.name, path=str(course)).load_config() if path.exists() else Config()
+    config.merge(Config(settings))
     config.CourseDirectory.root = str(course)
-    return CourseDirectory(config=config), (path if path.exists() else None)
+    return config, (path if path.exists() else None)
+
+
+def check_configuration(config: Config) -> None:
+    """Refuse to grade with a configuration that would run tests unguarded or show hidden tests in the feedback."""
+    steps = [str(s) for s in config.Autograde.get("autograde_preprocessors", [])]
+    feedback = [str(s) for s in config.GenerateFeedback.get("preprocessors", [])]
+    if not any(s.endswith("GuardedExecute") for s in steps) or not any(s.endswith("HideHiddenTests") for s in feedback):
+        raise SystemExit("nbgrader_config.py must run autograder.execute.GuardedExecute in Autograde.autograde_"
+                         "preprocessors and autograder.feedback.HideHiddenTests in GenerateFeedback.preprocessors "
+                         "(see this course's nbgrader_config.py)")
+    if not config.SandboxedKernelManager.get("unfenced", False):
+        try:
+            require_sandbox(config.SandboxedKernelManager.get("bwrap", "bwrap"))
+        except SandboxUnavailable as error:
+            raise SystemExit(str(error)) from None
 
 
 def resolve(cd: CourseDirectory, name: str) -> tuple[str, Path]:
@@ -64,13 +106,11 @@ def resolve(cd: CourseDirectory, name: str) -> tuple[str, Path]:
     return matches[0], notebooks[0]
 
 
-def generate_assignment(cd: CourseDirectory, config_file: Path | None, assignment: str, root: Path | None,
-                        db_url: str, release: Path) -> None:
+def generate_assignment(config: Config, assignment: str, root: Path | None, db_url: str, release: Path) -> None:
     """nbgrader's generate_assignment: the student version into `release`, the tests into the gradebook at db_url."""
-    config = PyFileConfigLoader(config_file.name, path=str(config_file.parent)).load_config() \
-        if config_file else Config()
-    config.CourseDirectory.root = str(root or cd.root)
-    config.CourseDirectory.source_directory = "source" if root else cd.source_directory
+    config = Config(config)
+    if root:
+        config.CourseDirectory.root, config.CourseDirectory.source_directory = str(root), "source"
     config.CourseDirectory.release_directory = str(release)
     config.CourseDirectory.db_url = db_url
     config.CourseDirectory.assignment_id = assignment
@@ -84,7 +124,7 @@ def in_child(function, *args) -> None:
     process.start()
     process.join()
     if process.exitcode:
-        raise SystemExit(f"{function.__name__} failed (exit code {process.exitcode}); see the messages above")
+        raise RuntimeError(f"{function.__name__} ended with exit code {process.exitcode}; see the messages above")
 
 
 class Progress:
@@ -106,13 +146,25 @@ class Progress:
               file=sys.stderr, flush=True)
 
 
-def run_jobs(todo: list[grade_one.Job], jobs: int, deadline: float, progress: Progress) -> None:
-    """Grade `todo`, `jobs` at a time, each in a forked process with a wall-clock limit; results land in out/results/."""
-    ctx = multiprocessing.get_context("fork")
-    pending, running = deque(todo), {}
+def last_line(path: Path) -> str:
     try:
-        while pending or running:
-            while pending and len(running) < jobs:
+        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+
+
+def run_jobs(todo: list[grade_one.Job], jobs: int, deadline: float, progress: Progress) -> None:
+    """Grade `todo`, `jobs` at a time, each in a forked process with a wall-clock limit; results land in out/results/.
+
+    A grading that fails for the grader's own reason stops the launching of new ones: BatchFailed once the running
+    ones are done.
+    """
+    ctx = multiprocessing.get_context("fork")
+    pending, running, failed = deque(todo), {}, []
+    try:
+        while (pending and not failed) or running:
+            while pending and not failed and len(running) < jobs:
                 job = pending.popleft()
                 process = ctx.Process(target=grade_one.run, args=(job,), name=job.student_id)
                 process.start()
@@ -124,34 +176,29 @@ def run_jobs(todo: list[grade_one.Job], jobs: int, deadline: float, progress: Pr
                 if sentinel not in ready and not over:
                     continue
                 del running[sentinel]
+                path = Path(job.out) / "results" / f"{job.student_id}.json"
                 if over:
                     processes.kill([process.pid])
                     processes.stop_descendants(os.getpid(), spare={p.pid for p, _, _ in running.values()})
-                    why = ("timeout", f"grading took longer than {deadline:.0f} s in all and was stopped")
+                    write_result(path, asdict(grade_one.not_graded(
+                        job, "timeout", f"grading took longer than {deadline:.0f} s in all and was stopped")))
                 else:
                     process.join()
-                    why = ("crashed", f"the grading process ended unexpectedly (exit code {process.exitcode})")
-                path = Path(job.out) / "results" / f"{job.student_id}.json"
-                if over or not path.exists():
-                    grade_one.write_result(path, asdict(grade_one.not_graded(job, *why)))
-                progress.update(json.loads(path.read_text()))
+                    if process.exitcode == grade_one.GRADER_FAILED:
+                        failed.append(f"grading {job.student_id}: {last_line(Path(job.out) / 'logs' / f'{job.student_id}.log')}")
+                        continue
+                    if read_result(path) is None:
+                        write_result(path, asdict(grade_one.not_graded(
+                            job, "crashed", f"the grading process ended unexpectedly (exit code {process.exitcode})")))
+                progress.update(read_result(path))
     except KeyboardInterrupt:
         for process, _, _ in running.values():
             processes.kill([process.pid])
         processes.stop_descendants(os.getpid())
         print(f"\ninterrupted: {progress.done} graded; run the same command again to grade the rest", file=sys.stderr)
         raise SystemExit(130)
-
-
-def write_table(path: Path, results: list[dict], grade_ids: list[str]) -> None:
-    """grades.csv: one row per student and notebook, then one column per graded cell."""
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(FIXED_COLUMNS + grade_ids)
-        for r in results:
-            writer.writerow([r["student_id"], r["assignment"], r["notebook"], f"{r['score']:g}", f"{r['max_score']:g}",
-                             r["status"], r["message"]] + [f"{r['cells'][g]['score']:g}" if g in r["cells"] else ""
-                                                          for g in grade_ids])
+    if failed:
+        raise BatchFailed(f"{failed[0]}" + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""))
 
 
 def record_in_gradebook(cd: CourseDirectory, assignment: str, notebook: str, results: list[dict], out: Path,
@@ -168,7 +215,7 @@ def record_in_gradebook(cd: CourseDirectory, assignment: str, notebook: str, res
             gb.update_or_create_student(sid)
             gb.update_or_create_submission(assignment, sid)
             nb = gb.find_submission_notebook(Path(notebook).stem, assignment, sid)
-            flag = r["status"] in ("timeout", "crashed", "invalid")
+            flag = r["status"] in NEEDS_REVIEW
             for grade in nb.grades:
                 cell = r["cells"].get(grade.name, {})
                 grade.auto_score = cell.get("score", 0.0)
@@ -193,18 +240,17 @@ def plan(found, options: Options, make_job, out: Path) -> tuple[dict, list]:
             results[s.student_id] = asdict(grade_one.not_graded(job, "missing", s.message))
             continue
         previous = out / "results" / f"{s.student_id}.json"
-        if previous.exists() and not options.force:
-            old = json.loads(previous.read_text())
-            if old.get("sha256") == hashlib.sha256(s.path.read_bytes()).hexdigest():
-                results[s.student_id] = old  # graded by an earlier run, from the same file: kept
-                continue
+        old = None if options.force else read_result(previous)
+        if old and old.get("sha256") == hashlib.sha256(s.path.read_bytes()).hexdigest():
+            results[s.student_id] = old  # graded by an earlier run, from the same file: kept
+            continue
         previous.unlink(missing_ok=True)
         todo.append(job)
     return results, todo
 
 
 def grade(options: Options) -> list[dict]:
-    """The whole command: returns the rows of grades.csv."""
+    """The whole command: returns the rows of grades.csv. BatchFailed names a step that failed after grading began."""
     wall = time.perf_counter()
     os.chdir(options.course)  # nbgrader's paths (the gradebook's among them) are relative to the course folder
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"  # nbgrader runs alembic
@@ -212,56 +258,68 @@ def grade(options: Options) -> list[dict]:
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(max(1, (os.cpu_count() or 1) // options.jobs))
     processes.become_subreaper()
-    cd, config_file = course_directory(options.course)
+    config, config_file = course_config(options.course, options.settings)
+    check_configuration(config)
+    cd = CourseDirectory(config=config)
     assignment, source = resolve(cd, options.assignment)
     out = (options.out or options.course / "autograder" / "grades" / assignment).resolve()
+    with exclusive(out / ".lock", f"another grading is writing into {out}: wait for it to finish, or pass --out"):
+        rows = grade_class(options, config, config_file, cd, assignment, source, out)
+    summarise(rows, out, time.perf_counter() - wall, config)
+    return rows
+
+
+def grade_class(options, config, config_file, cd, assignment, source, out) -> list[dict]:
     for folder in ("results", "feedback", "autograded", "logs"):
         (out / folder).mkdir(parents=True, exist_ok=True)
     others = {p.parent.name: nbgrader_ids(nbformat.read(p, as_version=4))
               for p in (Path(cd.root) / cd.source_directory).glob("*/*.ipynb") if p.parent.name != assignment}
-    with tempfile.TemporaryDirectory(prefix="autograder-") as scratch:
-        scratch = Path(scratch)
+    points = {c.metadata.nbgrader["grade_id"]: float(c.metadata.nbgrader.get("points", 0))
+              for c in nbformat.read(source, as_version=4).cells if c.metadata.get("nbgrader", {}).get("grade")}
+    scratch = Path(tempfile.mkdtemp(prefix="autograder-batch-"))  # this batch's alone (mode 0700); no kernel sees it
+    try:
         template = scratch / "template"
-        shutil.copytree(source.parent, template / "source" / assignment)
-        in_child(generate_assignment, cd, config_file, assignment, template, f"sqlite:///{template}/gradebook.db",
-                 template / "release")
-        found = collect(options.submissions.resolve(), source.name, options.pattern, scratch / "unzipped")
-        # What student code may read but not change: the course, this package, the hand-ins, every scratch folder.
-        protect = sorted({str(options.course), str(Path(__file__).resolve().parents[1]), str(out), str(scratch),
-                          str(options.submissions.resolve())})
+        with step("making the assignment's template course (nbgrader generate_assignment)"):
+            shutil.copytree(source.parent, template / "source" / assignment)
+            in_child(generate_assignment, config, assignment, template, f"sqlite:///{template}/gradebook.db",
+                     template / "release")
+        with step(f"reading the submissions in {options.submissions}"):
+            found = collect(options.submissions.resolve(), source.name, options.pattern, scratch / "unzipped")
 
         def make_job(s):
             return grade_one.Job(s.student_id, assignment, source.name, str(s.path or ""), str(template),
-                                 str(scratch / "work" / s.student_id), str(out),
-                                 str(config_file) if config_file else None, options.timeout,
-                                 int(options.memory_gib * 2**30), protect, others, s.message)
+                                 str(scratch / "work" / s.student_id), str(out), str(config_file) if config_file else None,
+                                 options.settings, points, others, s.message)
 
         results, todo = plan(found, options, make_job, out)
         print(f"{assignment}: {len(found)} students, {len(todo)} to grade ({len(found) - len(todo)} done before or "
               f"with no notebook), {options.jobs} at a time", file=sys.stderr)
-        run_jobs(todo, options.jobs, deadline=10 * options.timeout + 120, progress=Progress(max(1, len(todo))))
-        results |= {job.student_id: json.loads((out / "results" / f"{job.student_id}.json").read_text())
-                    for job in todo}
-        rows = [results[sid] for sid in sorted(results)]
-        release = nbformat.read(template / "release" / assignment / source.name, as_version=4)
-        write_table(out / "grades.csv", rows, [c.metadata.nbgrader["grade_id"] for c in release.cells
-                                               if c.metadata.get("nbgrader", {}).get("grade")])
+        timeout = config.Execute.get("timeout", 30)
         try:
-            in_child(generate_assignment, cd, config_file, assignment, None, cd.db_url, scratch / "course-release")
+            run_jobs(todo, options.jobs, deadline=10 * timeout + 120, progress=Progress(max(1, len(todo))))
+        finally:  # whatever happened, every row graded so far goes into the table
+            results |= {job.student_id: r for job in todo
+                        if (r := read_result(out / "results" / f"{job.student_id}.json")) is not None}
+            rows = [results[sid] for sid in sorted(results)]
+            write_table(out / "grades.csv", rows, list(points))
+        with step("recording the grades in the course's gradebook"), \
+                exclusive(Path(cd.root) / ".autograder-gradebook.lock"):  # one batch at a time writes it
+            in_child(generate_assignment, config, assignment, None, cd.db_url, scratch / "course-release")
             in_child(record_in_gradebook, cd, assignment, source.name, rows, out,
                      {s.student_id: s.path for s in found if s.path})
-            recorded = f"the course's gradebook ({cd.db_url})"
-        except SystemExit as error:
-            recorded = f"NOT the course's gradebook: {error}"
-    summarise(rows, out, recorded, time.perf_counter() - wall)
-    return rows
+        return rows
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
-def summarise(rows: list[dict], out: Path, recorded: str, seconds: float) -> None:
+def summarise(rows: list[dict], out: Path, seconds: float, config: Config) -> None:
     counts = Counter(r["status"] for r in rows)
     graded = [r["score"] / r["max_score"] for r in rows if r["status"] == "graded" and r["max_score"]]
     mean = f"{100 * sum(graded) / len(graded):.0f}%" if graded else "-"
     print(f"\n{len(rows)} students: " + ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s]) +
           f"; mean score of the graded {mean}; {seconds:.0f} s in all", file=sys.stderr)
-    print(f"grades: {out / 'grades.csv'}\nfeedback: {out / 'feedback'}/<student>.html\nrecorded in {recorded}",
+    if config.SandboxedKernelManager.get("unfenced", False):
+        print("UNFENCED: student code ran without the sandbox, with your permissions (--unfenced)", file=sys.stderr)
+    print(f"grades: {out / 'grades.csv'}\nfeedback: {out / 'feedback'}/<student>.html\n"
+          f"recorded in the course's gradebook ({config.CourseDirectory.get('db_url', 'nbgrader default')})",
           file=sys.stderr)

@@ -90,11 +90,13 @@ def from_zip(archive: Path, wanted: str, pattern: str | None, scratch: Path) -> 
 
 
 def collect(submissions: Path, wanted: str, pattern: str | None, scratch: Path) -> list[Submission]:
-    """Every student found in SUBMISSIONS (a folder or a zip file), sorted by student id."""
-    if zipfile.is_zipfile(submissions):
+    """Every student found in SUBMISSIONS (a folder, a zip file, or one notebook), sorted by student id."""
+    if submissions.suffix == ".ipynb" and submissions.is_file():
+        found = [Submission(student_id_of(submissions.stem), submissions)]
+    elif zipfile.is_zipfile(submissions):
         found = from_zip(submissions, wanted, pattern, scratch)
     elif submissions.is_dir():
         found = from_folder(submissions, wanted)
     else:
-        raise SystemExit(f"{submissions}: not a folder of submissions nor a zip file")
+        raise SystemExit(f"{submissions}: not a folder of submissions, a zip file, nor a notebook")
     return sorted(found, key=lambda s: s.student_id)

@@ -1,121 +1,185 @@
-"""nbgrader's Execute step, guarded: a fenced kernel, cells that must not run again, and tests that cannot be faked."""
+"""nbgrader's Execute step, guarded: a sandboxed kernel, cells that must not run again, tests that run as written."""
 
-import sys
+import queue
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 
-from jupyter_client.manager import AsyncKernelManager
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
 from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
-from nbgrader.utils import is_grade
+from nbgrader.utils import is_grade, is_solution
+from traitlets import Integer
 
-SANDBOX = Path(__file__).with_name("sandbox.py")
+from torchcourse.check import HIDDEN
 
-# Run in the kernel before each test cell, in a namespace of its own: do the functions tests rely on still tell
-# different things apart? An answer that patches one of them to always pass would otherwise pass every test after it.
-PROBE = r'''
-import math, builtins, numpy, torch
-_z, _o, _faked = torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64), []
-def _raises(f, *a):
-    try:
-        f(*a)
-    except AssertionError:
-        return True
-    return False
-class _Wrong(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x * x
-    @staticmethod
-    def backward(ctx, g):
-        return g
-for _name, _ok in [
-        ("torch.allclose", not torch.allclose(_z, _o)), ("torch.equal", not torch.equal(_z, _o)),
-        ("torch.isclose", not bool(torch.isclose(_z, _o).any())), ("Tensor.allclose", not _z.allclose(_o)),
-        ("Tensor.__eq__", not bool((_z == _o).any())), ("Tensor.equal", not _z.equal(_o)),
-        ("torch.testing.assert_close", _raises(torch.testing.assert_close, _z, _o)),
-        ("numpy.allclose", not numpy.allclose(0.0, 1.0)), ("numpy.array_equal", not numpy.array_equal([0], [1])),
-        ("numpy.testing.assert_allclose", _raises(numpy.testing.assert_allclose, 0.0, 1.0)),
-        ("math.isclose", not math.isclose(0.0, 1.0)), ("builtins.isinstance", not builtins.isinstance(1, str)),
-        ("builtins.abs", builtins.abs(-1) == 1), ("builtins.all", not builtins.all([False])),
-        ("builtins.any", not builtins.any([False])), ("builtins.len", builtins.len([0, 0]) == 2),
-        ("torch.autograd.gradcheck", not torch.autograd.gradcheck(
-            _Wrong.apply, (torch.ones(2, dtype=torch.float64, requires_grad=True),), raise_exception=False))]:
-    if not _ok:
-        _faked.append(_name)
-if _faked:
-    raise RuntimeError("replaced by the notebook: " + ", ".join(_faked))
-'''
-PROBE_CALL = f"exec(compile({PROBE!r}, '<autograder>', 'exec'), {{}})"
+from .integrity import SETUP, Canary, isolated, names_used, probes_for, what_changed
+from .kernel import SandboxedKernelManager
 
-
-@dataclass
-class Guard:
-    """What one grading run needs (set before it) and what it saw (read after it)."""
-    memory: int = 4 << 30
-    protect: list[str] = field(default_factory=list)
-    writable: list[str] = field(default_factory=list)
-    skip: dict[int, str] = field(default_factory=dict)  # cell index -> why that cell is not run again
-    running: int | None = None  # index of the cell being executed
-    faked: tuple[int, str] | None = None  # first test cell found faked, and what was replaced
-    kernel_exit: int | None = None
-    execute_seconds: float = 0.0  # time spent running cells, the rest of a grading being overhead
-
-
-GUARD = Guard()
+FINDINGS = "autograder"  # the notebook metadata key under which a run's findings reach nbgrader's later steps
 
 
 def error_output(ename: str, evalue: str) -> NotebookNode:
     return NotebookNode(output_type="error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
 
 
-class FencedKernelManager(AsyncKernelManager):
-    """Starts the kernel through sandbox.py: memory limit, course files read-only."""
-
-    def format_kernel_cmd(self, extra_arguments=None):
-        fence = [f"--memory={GUARD.memory}"] + [f"--protect={p}" for p in GUARD.protect] + \
-                [f"--writable={p}" for p in GUARD.writable]
-        return [sys.executable, str(SANDBOX), *fence, "--", *super().format_kernel_cmd(extra_arguments)]
+def is_test(cell) -> bool:
+    """A cell of tests (graded, not an answer) with code in it."""
+    return cell.cell_type == "code" and is_grade(cell) and not is_solution(cell) and bool(cell.source.strip())
 
 
 class GuardedExecute(Execute):
-    """nbgrader's Execute, which also skips cells that killed the kernel, and checks tests are not faked."""
+    """nbgrader's Execute, with each kernel in a sandbox (kernel.py), and checks around each test cell (integrity.py).
+
+    From the first check that fails, test cells score 0 and nothing more runs. Once a hidden test cell has started,
+    display updates and widget messages no longer change outputs already recorded, so that what the feedback shows
+    of earlier cells was made before any hidden test reached the kernel. What one run found is kept on the instance
+    and in the notebook's metadata (FINDINGS), for the grader and for nbgrader's later steps.
+    """
+
+    check_timeout = Integer(30, help="seconds the kernel has to answer one integrity check").tag(config=True)
 
     def __init__(self, **kw):
-        super().__init__(kernel_manager_class=FencedKernelManager, shutdown_kernel="immediate", **kw)
+        kw.setdefault("kernel_manager_class", SandboxedKernelManager)
+        super().__init__(shutdown_kernel="immediate", **kw)
+        self.skip: dict[int, str] = {}  # cell index -> why it is not run (set by the grader before a second attempt)
+        self.reset()
+
+    def reset(self) -> None:
+        self.running: int | None = None  # index of the cell being run
+        self.kernel_exit: int | None = None  # exit code of a kernel that died
+        self.tampered: tuple[int, str] | None = None  # first test cell that cannot be trusted, and why
+        self.verdicts: dict[str, str] = {}  # cell id -> the grader's own message in that cell's outputs
+        self.execute_seconds = 0.0  # running cells, the rest of a grading being overhead
+        self.check_seconds = 0.0  # of the overhead: the integrity checks
+        self.left_running = 0  # processes the notebook left in its sandbox
+        self.memory_gib: float | None = None  # the kernel's memory limit
+        self.hidden_started = False
+        self.baseline: dict | None = None
+        self.audit: dict = {}
+        self.probes: list[str] = []  # the functions worth probing: those the notebook's tests call
+        self.checked_before: int | None = None  # a test cell whose check ran right after the test before it
+
+
+    def preprocess(self, nb, resources=None, km=None):
+        self.reset()
+        self.probes = probes_for([cell.source for cell in nb.cells if is_test(cell)])
+        nb, resources = super().preprocess(nb, resources, km)
+        nb.metadata[FINDINGS] = self.findings()
+        return nb, resources
+
+    def findings(self) -> dict:
+        return {"tampered": self.tampered[1] if self.tampered else None, "verdicts": self.verdicts,
+                "left_running": self.left_running, "unfenced": bool(getattr(self.km, "unfenced", False))}
+
+    def grader_says(self, cell, ename: str, evalue: str) -> None:
+        cell.outputs = [error_output(ename, evalue)]
+        self.verdicts[cell.id] = f"{ename}: {evalue}"
 
     async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
         if cell.cell_type != "code":
             return cell
-        GUARD.running = cell_index
-        if cell_index in GUARD.skip:
-            cell.outputs = [error_output("GradingStopped", GUARD.skip[cell_index])]
+        self.running = cell_index
+        if self.baseline is None:
+            await self._start_checks()
+        if cell_index in self.skip:
+            self.grader_says(cell, "GradingStopped", self.skip[cell_index])
             return cell
-        if is_grade(cell) and cell.source.strip() and not await self._tests_trustworthy(cell, cell_index):
+        if self.tampered:
+            if is_test(cell):
+                self.grader_says(cell, "TestsTampered", f"not run: {self.tampered[1]}")
             return cell
+        test = is_test(cell)
+        if test:
+            self.hidden_started = self.hidden_started or bool(HIDDEN.search(cell.source))
+            if self.checked_before != cell_index and not await self._trusted([cell], cell_index, after_test=False):
+                return cell
         start = time.perf_counter()
         try:
-            return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+            cell = await super().async_execute_cell(cell, cell_index, execution_count, store_history)
         except (DeadKernelError, CellTimeoutError):
             process = getattr(getattr(self.km, "provisioner", None), "process", None)
-            GUARD.kernel_exit = process.poll() if process is not None else None
+            self.kernel_exit = process.poll() if process is not None else None
             raise
         finally:
-            GUARD.execute_seconds += time.perf_counter() - start
+            self.execute_seconds += time.perf_counter() - start
+        if test:  # a test run in a tampered kernel scores 0 too; a test cell next is checked by the same check
+            following = self.next_code_cell(cell_index)
+            together = following is not None and following not in self.skip and is_test(self.nb.cells[following])
+            await self._trusted([cell] + ([self.nb.cells[following]] if together else []), cell_index, after_test=True)
+            self.checked_before = following if together else None
+        return cell
+
+    def next_code_cell(self, index: int) -> int | None:
+        return next((i for i in range(index + 1, len(self.nb.cells)) if self.nb.cells[i].cell_type == "code"), None)
 
     execute_cell = run_sync(async_execute_cell)  # nbclient binds its own coroutine here, not the override
 
-    async def _tests_trustworthy(self, cell, cell_index) -> bool:
-        """Run the probe; if the notebook replaced a function tests rely on, fail this test cell without running it."""
-        msg_id = self.kc.execute(PROBE_CALL, silent=True, store_history=False)
-        reply = await self.async_wait_for_reply(msg_id, cell)
-        content = (reply or {}).get("content", {})
-        if content.get("status") == "ok":
+    async def _ask(self, code: str) -> tuple[dict | None, list[dict]]:
+        """Send `code` as test cells are sent; the reply's content (None if none came) and the errors it showed."""
+        start = time.perf_counter()
+        try:
+            return await self._send(code)
+        finally:
+            self.check_seconds += time.perf_counter() - start
+
+    async def _send(self, code: str) -> tuple[dict | None, list[dict]]:
+        msg_id = self.kc.execute(code, silent=False, store_history=True, allow_stdin=False, stop_on_error=False)
+        deadline = time.monotonic() + self.check_timeout
+        errors, idle = [], False
+        try:
+            while not idle:
+                msg = await self.kc.get_iopub_msg(timeout=max(0.0, deadline - time.monotonic()))
+                if msg["parent_header"].get("msg_id") != msg_id:
+                    continue  # late output of an earlier cell: nbclient drops those too
+                if msg["msg_type"] == "error":
+                    errors.append(msg["content"])
+                idle = msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle"
+            while True:
+                reply = await self.kc.get_shell_msg(timeout=max(0.0, deadline - time.monotonic()))
+                if reply["parent_header"].get("msg_id") == msg_id:
+                    return reply["content"], errors
+        except (queue.Empty, TimeoutError):
+            return None, errors
+
+    async def _start_checks(self) -> None:
+        """Before the notebook's first cell: the audit hook, then the kernel's state to compare every check with."""
+        reply, _ = await self._ask(isolated(SETUP))
+        canary = Canary()
+        report, problem = canary.read(*await self._ask(canary.code))
+        if reply is None or reply.get("status") != "ok" or report is None:
+            raise RuntimeError(f"the grader's checks could not start in a fresh kernel ({problem or reply})")
+        self.baseline, self.audit = report, report.get("audit", {})
+
+    async def _trusted(self, cells: list, cell_index: int, after_test: bool) -> bool:
+        """Check the kernel before the test `cells` (or after the first of them); if it was tampered with, say so in
+        test cell `cell_index`, which then scores 0."""
+        names, chains = (sorted(set().union(*found)) for found in zip(*(names_used(c.source) for c in cells)))
+        canary = Canary(names, chains, self.probes)
+        report, problem = canary.read(*await self._ask(canary.code))
+        if report is not None:
+            hidden = any(HIDDEN.search(c.source) for c in cells)  # a hidden test's names stay hidden
+            problem = what_changed(self.baseline, report, self.audit, names, chains, after_test, name_them=not hidden)
+            if problem:
+                self.log.warning("tests tampered with, at %s: %s", cells[0].id, what_changed(
+                    self.baseline, report, self.audit, names, chains, after_test))  # the instructor's log names all
+            self.audit = report.get("audit", {})
+        if problem is None:
             return True
-        what = content.get("evalue") or "the grader's check could not run"
-        GUARD.faked = GUARD.faked or (cell_index, what)
-        cell.outputs = [error_output("TestsFaked", f"{what}: this test cannot be trusted and scores 0")]
+        self.tampered = (cell_index, problem)
+        self.grader_says(self.nb.cells[cell_index], "TestsTampered", f"{problem}: this test and every later one score 0")
         return False
+
+    def _update_display_id(self, display_id, msg):
+        if not self.hidden_started:  # afterwards, an update could carry hidden tests into an earlier cell's output
+            super()._update_display_id(display_id, msg)
+
+    def handle_comm_msg(self, outs, msg, cell_index):
+        if not self.hidden_started:  # likewise for widgets: an Output widget can capture a later cell's output
+            super().handle_comm_msg(outs, msg, cell_index)
+
+    async def _async_cleanup_kernel(self):
+        if self.km is not None and hasattr(self.km, "processes_inside"):
+            self.left_running, self.memory_gib = self.km.processes_inside(), self.km.memory_gib
+        await super()._async_cleanup_kernel()
+
+    _cleanup_kernel = run_sync(_async_cleanup_kernel)  # as execute_cell: nbclient binds its own

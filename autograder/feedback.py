@@ -1,36 +1,94 @@
-"""Feedback without hidden tests: not their code, nor the lines a traceback or an output would quote from them."""
+"""Feedback without hidden tests: no output made after the first hidden test cell started, except test verdicts.
+
+Once hidden tests have reached the kernel, student code may have recorded them, and anything it prints from then on
+(in any cell, in an error it raises inside a test, in a widget) could carry them. So from the first hidden test cell
+on, the feedback keeps, for each test cell, whether it failed, the exception's name (a built-in one, else "Error")
+and the message only if it is one the instructor wrote in that cell, with the values filled into it left out.
+Earlier cells keep their outputs: the execute step (execute.py) stops later messages from changing them.
+"""
+
+import ast
+import builtins
+import re
 
 from nbformat import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from torchcourse.check import HIDDEN  # the one definition of the hidden-test markers
 
+from .execute import FINDINGS, is_test
+
 NOTICE = "# Hidden tests ran here when your notebook was graded; their code is not shown.\n"
+WITHHELD = "(output not shown: it was made after hidden tests had run)"
+UNKNOWN_MESSAGE = "(message not shown: it is not one of this test's own)"
+ERROR_NAMES = {name for name, value in vars(builtins).items() if isinstance(value, type)
+               and issubclass(value, BaseException)} | {"CellTimeoutError", "DeadKernelError"}
 
 
-def hidden_lines(source: str) -> list[str]:
-    """Lines of the hidden regions worth hiding (long enough to recognise), markers left out."""
-    return [line.strip() for block in HIDDEN.findall(source) for line in block.splitlines()[1:-1]
-            if len(line.strip()) >= 8]
+def message_templates(source: str) -> list[tuple[re.Pattern, str]]:
+    """The failure messages written in a test cell's code: (a pattern matching it, the message with values left out).
+
+    From `assert ..., MSG`, `raise Error(MSG)` and `msg=MSG` (assert_close's, a lambda returning MSG included),
+    where MSG is a string or an f-string.
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assert) and node.msg is not None:
+            found.append(node.msg)
+        elif isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args:
+            found.append(node.exc.args[0])
+        elif isinstance(node, ast.Call):
+            for keyword in node.keywords:
+                if keyword.arg == "msg":
+                    found.append(keyword.value.body if isinstance(keyword.value, ast.Lambda) else keyword.value)
+    templates = []
+    for expr in found:
+        parts = [expr] if isinstance(expr, ast.Constant) else getattr(expr, "values", None)
+        if not parts or not all(isinstance(p, (ast.Constant, ast.FormattedValue)) for p in parts):
+            continue
+        literal = [p.value if isinstance(p, ast.Constant) else None for p in parts]
+        if not all(isinstance(v, str) or v is None for v in literal):
+            continue
+        pattern = "".join(re.escape(v) if v is not None else "(.*?)" for v in literal)
+        templates.append((re.compile(pattern, re.S), "".join(v if v is not None else "…" for v in literal)))
+    return templates
 
 
-def redact(text: str, secret: list[str]) -> str:
-    """`text` with each line that quotes a hidden line replaced."""
-    return "\n".join("[a line of the hidden tests]" if any(s in line for s in secret) else line
-                     for line in text.split("\n"))
+def verdict(output, templates) -> NotebookNode:
+    """A test's error, told without anything the kernel chose: a known exception name, the instructor's message."""
+    ename = output.get("ename") if output.get("ename") in ERROR_NAMES else "Error"
+    evalue = output.get("evalue") or ""
+    shown = next((text for pattern, text in templates if pattern.fullmatch(evalue)), "" if not evalue else None)
+    shown = UNKNOWN_MESSAGE if shown is None else shown
+    return NotebookNode(output_type="error", ename=ename, evalue=shown, traceback=[f"{ename}: {shown}"])
 
 
 class HideHiddenTests(NbGraderPreprocessor):
-    """In each cell with hidden tests: the code of the hidden regions, and every output but the error's message, go."""
+    """Feedback preprocessor: hidden test code out, and no output made after the first hidden test but verdicts."""
 
-    def preprocess_cell(self, cell, resources, index):
-        if cell.cell_type != "code" or not HIDDEN.search(cell.source):
-            return cell, resources
-        secret = hidden_lines(cell.source)
-        cell.source = HIDDEN.sub(NOTICE, cell.source)
-        # A traceback quotes the failing hidden line, and an answer can print what its caller's code is, so only
-        # the error's name and message are kept (hidden asserts carry messages written for students).
-        cell.outputs = [NotebookNode(output_type="error", ename=o["ename"], evalue=redact(o["evalue"], secret),
-                             traceback=[f"{o['ename']}: {redact(o['evalue'], secret)}"])
-                        for o in cell.outputs if o.get("output_type") == "error"]
-        return cell, resources
+    def preprocess(self, nb, resources):
+        nb.metadata.pop("widgets", None)  # widget state can hold output made at any time
+        grader_verdicts = nb.metadata.get(FINDINGS, {}).get("verdicts", {})
+        hidden = [i for i, cell in enumerate(nb.cells) if is_test(cell) and HIDDEN.search(cell.source)]
+        first = hidden[0] if hidden else len(nb.cells)
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            source = cell.source
+            cell.source = HIDDEN.sub(NOTICE, source)
+            if i < first:
+                continue
+            if cell.id in grader_verdicts:  # the grader's own message (TestsTampered, GradingStopped)
+                ename, _, evalue = grader_verdicts[cell.id].partition(": ")
+                cell.outputs = [NotebookNode(output_type="error", ename=ename, evalue=evalue,
+                                             traceback=[grader_verdicts[cell.id]])]
+            elif is_test(cell):  # one verdict: a kernel can send a cell more errors than it raised
+                errors = [o for o in cell.outputs if o.get("output_type") == "error"]
+                cell.outputs = [verdict(errors[0], message_templates(source))] if errors else []
+            elif cell.outputs:
+                cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=WITHHELD + "\n")]
+        return nb, resources

@@ -1,35 +1,42 @@
 """Grade one submission with nbgrader's own autograde and feedback steps, in a scratch course of its own.
 
-Runs in a process of its own (forked by batch.py), so that whatever the notebook does ends with that process.
+Runs in a process of its own (forked by batch.py): whatever the grading leaves ends with that process. The course's
+nbgrader_config.py decides how it grades (the execute step, its limits, the feedback); `Job.overrides` carries the
+command line's settings on top of it.
 """
 
 import hashlib
-import json
 import logging
 import os
 import shutil
 import signal
+import tempfile
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import nbformat
-from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
 from nbgrader.api import Gradebook
-from sqlalchemy.exc import SAWarning
 from nbgrader.converters import Autograde, GenerateFeedback
 from nbgrader.coursedir import CourseDirectory
-from nbgrader.preprocessors import Execute, GetGrades
+from sqlalchemy.exc import SAWarning
 from traitlets.config import Config, PyFileConfigLoader
 
-from . import execute, notebook, processes
-from .execute import GUARD
-from .feedback import HideHiddenTests
+from . import notebook, processes
+from .execute import GuardedExecute
+from .kernel import UNFENCED_WARNING
+from .results import Result, write_result
 
 ATTEMPTS = 4  # a notebook that kills its kernel is graded again without the cell that did, this many times at most
+GRADER_FAILED = 3  # exit code of a grading that failed for a reason of the grader's own (no result is written)
 SIGNALS = {signal.SIGSEGV: "a segmentation fault", signal.SIGKILL: "being killed (most often: out of memory)",
            signal.SIGABRT: "an abort", signal.SIGBUS: "a bus error"}
+
+
+class GraderError(Exception):
+    """Grading could not be done for a reason of the grader's own (its scratch files gone, say): no row is written,
+    the batch stops, and a rerun grades this student again."""
 
 
 @dataclass
@@ -43,51 +50,30 @@ class Job:
     scratch: str  # this submission's own scratch course (made here, removed after)
     out: str
     config: str | None  # the course's nbgrader_config.py
-    timeout: int
-    memory: int
-    protect: list[str]
-    others: dict[str, list[str]]  # grade_ids of the course's other assignments, to name a wrong hand-in
+    overrides: dict = field(default_factory=dict)  # {"Section": {"trait": value}} from the command line
+    points: dict[str, float] = field(default_factory=dict)  # grade_id -> points of every graded cell
+    others: dict[str, list[str]] = field(default_factory=dict)  # grade_ids of other assignments, to name a wrong hand-in
     note: str = ""  # what finding the notebook taught us (several copies handed in, say), for the message
 
 
-@dataclass
-class Result:
-    """One row of grades.csv, and what is needed to put it into the course's gradebook."""
-    student_id: str
-    assignment: str
-    notebook: str
-    status: str  # graded, timeout, crashed, invalid or missing
-    message: str
-    score: float = 0.0
-    max_score: float = 0.0
-    cells: dict = field(default_factory=dict)  # grade_id -> {"score", "max_score", "needs_manual_grade"}
-    comments: dict = field(default_factory=dict)  # answer grade_id -> nbgrader's automatic comment
-    sha256: str = ""
-    seconds: float = 0.0  # wall time of the whole grading
-    execute_seconds: float = 0.0  # of which running the notebook's cells
-
-
 def release_of(job: Job):
-    return nbformat.read(Path(job.template) / "release" / job.assignment / job.notebook, as_version=4)
-
-
-def zero_cells(job: Job) -> dict:
-    """Every graded cell of the assignment at 0 (a submission that could not be graded)."""
-    return {notebook.grade_id(c): {"score": 0.0, "max_score": float(c.metadata.nbgrader.get("points", 0)),
-                                   "needs_manual_grade": False}
-            for c in release_of(job).cells if c.metadata.get("nbgrader", {}).get("grade")}
+    try:
+        return nbformat.read(Path(job.template) / "release" / job.assignment / job.notebook, as_version=4)
+    except OSError as error:
+        raise GraderError(f"the batch's template course is unreadable ({error})") from None
 
 
 def not_graded(job: Job, status: str, message: str, sha256: str = "") -> Result:
-    cells = zero_cells(job)
+    cells = {gid: {"score": 0.0, "max_score": points, "needs_manual_grade": False} for gid, points in job.points.items()}
     return Result(job.student_id, job.assignment, job.notebook, status, message, 0.0,
                   sum(c["max_score"] for c in cells.values()), cells, {}, sha256)
 
 
 def course_config(job: Job, root: Path) -> Config:
-    """The course's nbgrader configuration, pointed at the scratch course."""
+    """The course's nbgrader configuration and the command line's settings, pointed at the scratch course."""
     config = PyFileConfigLoader(Path(job.config).name, path=str(Path(job.config).parent)).load_config() \
         if job.config else Config()
+    config.merge(Config(job.overrides))
     for key, folder in (("source_directory", "source"), ("release_directory", "release"),
                         ("submitted_directory", "submitted"), ("autograded_directory", "autograded"),
                         ("feedback_directory", "feedback")):
@@ -96,66 +82,81 @@ def course_config(job: Job, root: Path) -> Config:
     config.CourseDirectory.db_url = f"sqlite:///{root}/gradebook.db"
     config.CourseDirectory.assignment_id = job.assignment
     config.CourseDirectory.student_id = job.student_id
-    config.Execute.timeout = job.timeout
     config.Autograde.create_student = True
     config.BaseConverter.force = True
     return config
 
 
-def cell_name(nb, index: int) -> str:
+def with_execute_step(steps: list, execute: GuardedExecute) -> list:
+    """The configured autograde steps, with this grading's own execute step in place of the configured one."""
+    named = [s if isinstance(s, str) else f"{s.__module__}.{s.__qualname__}" for s in steps]
+    at = [i for i, name in enumerate(named) if name.rsplit(".", 1)[-1] in ("Execute", "GuardedExecute")]
+    if len(at) != 1:
+        raise GraderError("the course's Autograde.autograde_preprocessors must hold one execute step")
+    return steps[:at[0]] + [execute] + steps[at[0] + 1:]
+
+
+def cell_name(nb, index: int | None) -> str:
+    if index is None:
+        return "the notebook"
     gid = notebook.grade_id(nb.cells[index]) if index < len(nb.cells) else None
     return gid or f"cell {index + 1}"
 
 
-def autograde(job: Job, nb, retried: bool = False) -> str | None:
-    """nbgrader's autograde of `nb` in a fresh scratch course; None, or why the kernel was lost."""
+def prepare(job: Job, nb) -> Path:
+    """A fresh scratch course holding the assignment's sources, a copy of the template gradebook and the notebook."""
     root = Path(job.scratch)
     shutil.rmtree(root, ignore_errors=True)
-    shutil.copytree(Path(job.template) / "source", root / "source")
-    shutil.copy(Path(job.template) / "gradebook.db", root / "gradebook.db")
+    try:
+        shutil.copytree(Path(job.template) / "source", root / "source")
+        shutil.copy(Path(job.template) / "gradebook.db", root / "gradebook.db")
+    except OSError as error:
+        raise GraderError(f"the batch's template course is unreadable ({error})") from None
     target = root / "submitted" / job.student_id / job.assignment / job.notebook
     target.parent.mkdir(parents=True)
     nbformat.write(nb, target)
-    (root / "runtime").mkdir()
-    os.environ["JUPYTER_RUNTIME_DIR"] = str(root / "runtime")  # connection files out of other kernels' reach
-    GUARD.running, GUARD.kernel_exit = None, None
-    GUARD.writable = [str(root / "autograded" / job.student_id / job.assignment)]
+    return root
+
+
+def autograde(job: Job, nb, skip: dict[int, str], retried: bool = False) -> tuple[GuardedExecute, str | None]:
+    """nbgrader's autograde of `nb` in a fresh scratch course: its execute step, and None or why the kernel was lost."""
+    root = prepare(job, nb)
     config = course_config(job, root)
+    execute = GuardedExecute(config=config)
+    execute.skip = skip
     converter = Autograde(coursedir=CourseDirectory(config=config), config=config)
-    converter.autograde_preprocessors = [execute.GuardedExecute if p is Execute else p
-                                         for p in converter.autograde_preprocessors]
+    converter.autograde_preprocessors = with_execute_step(converter.autograde_preprocessors, execute)
     try:
         converter.start()
-        return None
-    except Exception:  # nbgrader logs the details and raises a generic error: what we need is in GUARD
-        if GUARD.running is None:
-            # The kernel did not start: when many start at once, one can lose the race for a free TCP port
-            # ("Address already in use"). Once more, then it is our failure, not the student's.
+        return execute, None
+    except Exception:  # nbgrader logs the details and raises a generic error: what we need is on `execute`
+        if execute.running is None:  # the kernel did not start: once more, then it is the grader's failure
             if not retried:
-                return autograde(job, nb, retried=True)
-            raise
-        return lost_kernel_reason(job)
+                return autograde(job, nb, skip, retried=True)
+            raise GraderError("a kernel could not start (nbgrader's messages above say why)") from None
+        return execute, lost_kernel_reason(execute.kernel_exit)
 
 
-def lost_kernel_reason(job: Job) -> str:
-    code = GUARD.kernel_exit
+def lost_kernel_reason(code: int | None) -> str:
     if code is None:
         return "kept running after the time limit and could not be interrupted (does it catch KeyboardInterrupt?)"
-    if code < 0:
-        return f"made the kernel die by {SIGNALS.get(-code, f'signal {-code}')}"
+    signal_number = -code if code < 0 else code - 128 if code > 128 else None  # bwrap reports a signal as 128 + N
+    if signal_number:
+        return f"made the kernel die by {SIGNALS.get(signal_number, f'signal {signal_number}')}"
     return f"made the kernel exit (exit code {code})"
 
 
-def problems_in(nb, job: Job) -> list[tuple[str, str]]:
+def problems_in(nb, timeout: int, memory_gib: float | None) -> list[tuple[str, str]]:
     """(status, sentence) for each cell that ran out of memory or was stopped at the time limit, in order."""
     found = []
     for i, cell in enumerate(nb.cells):
         errors = " ".join(f"{o.get('ename')}: {o.get('evalue')}" for o in cell.get("outputs", [])
                           if o.get("output_type") == "error")
         if "MemoryError" in errors or "can't allocate memory" in errors or "not enough memory" in errors:
-            found.append(("crashed", f"{cell_name(nb, i)} ran out of memory (the limit is {job.memory / 2**30:g} GiB)"))
+            limit = f" (the limit is {memory_gib:g} GiB)" if memory_gib else ""
+            found.append(("crashed", f"{cell_name(nb, i)} ran out of memory{limit}"))
         elif "CellTimeoutError" in errors:
-            found.append(("timeout", f"{cell_name(nb, i)} ran past the {job.timeout} s limit and was stopped"))
+            found.append(("timeout", f"{cell_name(nb, i)} ran past the {timeout} s limit and was stopped"))
     return found
 
 
@@ -170,9 +171,8 @@ def scores(job: Job) -> tuple[dict, dict]:
 
 
 def feedback(job: Job) -> None:
-    """nbgrader's HTML feedback, hidden tests taken out, saved as out/feedback/<student>.html."""
+    """nbgrader's HTML feedback, as the course's configuration makes it, saved as out/feedback/<student>.html."""
     config = course_config(job, Path(job.scratch))
-    config.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]
     GenerateFeedback(coursedir=CourseDirectory(config=config), config=config).start()
     html = Path(job.scratch) / "feedback" / job.student_id / job.assignment / Path(job.notebook).with_suffix(".html")
     shutil.copy(html, Path(job.out) / "feedback" / f"{job.student_id}.html")
@@ -195,47 +195,57 @@ def grade(job: Job) -> Result:
     notes += [f"{', '.join(restored)} {'was' if len(restored) == 1 else 'were'} missing and put back from the "
              "assignment (an answer put back scores 0)"] if restored else []
     notes += [f"{', '.join(twice)} appeared more than once; the last copy was graded"] if twice else []
-    problems = []
-    GUARD.memory, GUARD.protect, GUARD.skip, GUARD.faked = job.memory, job.protect, {}, None
+    problems, skip = [], {}
     for _ in range(ATTEMPTS):
-        lost = autograde(job, nb)
+        execute, lost = autograde(job, nb, skip)
         if lost is None:
             break
-        status = "timeout" if GUARD.kernel_exit is None else "crashed"
-        problems.append((status, f"{cell_name(nb, GUARD.running)} {lost}; it was skipped and the rest graded"))
-        GUARD.skip[GUARD.running] = f"this cell {lost}, so it was not run"
+        status = "timeout" if execute.kernel_exit is None else "crashed"
+        problems.append((status, f"{cell_name(nb, execute.running)} {lost}; it was skipped and the rest graded"))
+        skip[execute.running] = f"this cell {lost}, so it was not run"
     else:
         return not_graded(job, problems[0][0], "; ".join(p[1] for p in problems) + ": grading gave up", sha)
-    stray = processes.stop_descendants(os.getpid())
+    processes.stop_descendants(os.getpid())
     graded = nbformat.read(Path(job.scratch) / "autograded" / job.student_id / job.assignment / job.notebook, 4)
-    problems += problems_in(graded, job)
-    if GUARD.faked:
-        notes.append(f"from {cell_name(graded, GUARD.faked[0])} on, tests score 0: {GUARD.faked[1]}")
-    if stray:
-        notes.append(f"the notebook left {stray} process{'es' if stray > 1 else ''} running after grading; "
-                     f"{'they were' if stray > 1 else 'it was'} stopped")
+    problems += problems_in(graded, execute.timeout, execute.memory_gib)
+    if execute.tampered:
+        problems.insert(0, ("tampered", f"from {cell_name(graded, execute.tampered[0])} on, tests score 0: "
+                                        f"{execute.tampered[1]}"))
+    if execute.left_running:
+        n = execute.left_running
+        notes.append(f"the notebook left {n} process{'es' if n > 1 else ''} running after grading; "
+                     f"{'they were' if n > 1 else 'it was'} stopped")
     cells, comments = scores(job)
     feedback(job)
     shutil.copy(Path(job.scratch) / "autograded" / job.student_id / job.assignment / job.notebook,
                 Path(job.out) / "autograded" / f"{job.student_id}.ipynb")
     status = problems[0][0] if problems else "graded"
-    return Result(job.student_id, job.assignment, job.notebook, status, "; ".join([p[1] for p in problems] + notes),
-                  sum(c["score"] for c in cells.values()), sum(c["max_score"] for c in cells.values()),
-                  cells, comments, sha)
+    result = Result(job.student_id, job.assignment, job.notebook, status, "; ".join([p[1] for p in problems] + notes),
+                    sum(c["score"] for c in cells.values()), sum(c["max_score"] for c in cells.values()),
+                    cells, comments, sha)
+    result.execute_seconds = round(execute.execute_seconds, 2)
+    result.check_seconds = round(execute.check_seconds, 2)
+    return result
 
 
 def run(job: Job) -> None:
     """Entry point of the grading process: grade, write out/results/<student>.json, leave nothing running."""
     processes.become_subreaper()
+    tempfile.tempdir = str(Path(job.template).parent)  # kernels' runtime folders go with the batch's scratch
     log = Path(job.out) / "logs" / f"{job.student_id}.log"
     handle = open(log, "w")
     os.dup2(handle.fileno(), 1)  # nbgrader, nbconvert and the kernel's own stderr go to the student's log
     os.dup2(handle.fileno(), 2)
     logging.basicConfig(level=logging.INFO, force=True)
     warnings.simplefilter("ignore", SAWarning)  # nbgrader's own add_submission always sets SQLAlchemy off
+    if job.overrides.get("SandboxedKernelManager", {}).get("unfenced"):
+        logging.warning(UNFENCED_WARNING)
     start = time.perf_counter()
     try:
         result = grade(job)
+    except GraderError as error:
+        logging.error("grading stopped: %s", error)
+        os._exit(GRADER_FAILED)
     except Exception as error:  # a bug of ours or nbgrader's: the batch goes on, the row says grading failed
         logging.exception("grading failed")
         result = not_graded(job, "crashed", f"grading failed ({type(error).__name__}: {error}); see logs/{log.name}")
@@ -243,12 +253,4 @@ def run(job: Job) -> None:
         processes.stop_descendants(os.getpid())
         shutil.rmtree(job.scratch, ignore_errors=True)
     result.seconds = round(time.perf_counter() - start, 2)
-    result.execute_seconds = round(GUARD.execute_seconds, 2)
     write_result(Path(job.out) / "results" / f"{job.student_id}.json", asdict(result))
-
-
-def write_result(path: Path, result: dict) -> None:
-    """A result is there whole or not at all: an interrupted run grades that student again."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    os.replace(tmp, path)

@@ -29,6 +29,29 @@ def parents() -> dict[int, int]:
     return found
 
 
+def running(pids: list[int]) -> list[int]:
+    """Those of `pids` that still run (not ended, not a zombie waiting for its parent)."""
+    alive = []
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                    alive.append(p)
+        except (OSError, IndexError):
+            pass
+    return alive
+
+
+def descendants(pid: int, spare: set[int] = frozenset()) -> list[int]:
+    """Every process below `pid`, outside the subtrees of `spare`."""
+    ppid = parents()
+    tree, frontier = [], [c for c, parent in ppid.items() if parent == pid and c not in spare]
+    while frontier:
+        tree += frontier
+        frontier = [c for c, parent in ppid.items() if parent in frontier]
+    return tree
+
+
 def kill(pids: list[int]) -> None:
     """SIGKILL these processes, and collect those that are our children so that none stays a zombie."""
     for p in pids:
@@ -47,11 +70,7 @@ def stop_descendants(pid: int, spare: set[int] = frozenset()) -> int:
     """Stop every descendant of `pid` outside the subtrees of `spare`, until none is left; return how many."""
     stopped = 0
     for _ in range(50):  # a process may fork while we stop its parent: look again until the tree is empty
-        ppid = parents()
-        tree, frontier = [], [c for c, parent in ppid.items() if parent == pid and c not in spare]
-        while frontier:
-            tree += frontier
-            frontier = [c for c, parent in ppid.items() if parent in frontier]
+        tree = descendants(pid, spare)
         if not tree:
             break
         kill(tree)

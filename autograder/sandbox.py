@@ -1,80 +1,221 @@
-"""Start a student's kernel fenced in: a memory limit, and folders it can read but not change.
+"""Start a student's kernel in a bubblewrap sandbox, or say why it cannot start.
 
-    python autograder/sandbox.py --memory BYTES --protect DIR ... --writable DIR -- KERNEL COMMAND ...
+    python autograder/sandbox.py --runtime DIR [--read-only DIR]... [--memory BYTES] [--processes N]
+        [--scratch BYTES] [--env NAME=VALUE]... [--unfenced] -- KERNEL COMMAND...
+    python autograder/sandbox.py --check [--bwrap PATH]
 
-Run as a script (not `-m`) so the kernel it becomes starts with a clean sys.path. Linux only; elsewhere, and where
-user namespaces are not allowed, it says so on stderr and starts the kernel with the memory limit alone.
+Inside, the kernel sees the machine's programs and libraries (/usr), the --read-only folders (the Python environment,
+the course's data), its runtime folder (connection file and ipc sockets) and a private, empty, size-capped home
+with its working folder, /tmp and /dev/shm; nothing else. It has its own PID, network (loopback only), IPC, UTS and
+user namespaces, runs as an unprivileged user with limits on memory and processes, and dies with its parent.
+
+Run as a script (not -m): nothing of the grader is imported, and the kernel starts with a clean sys.path.
+Linux only, with bubblewrap (Debian's `bubblewrap`, the `bwrap` command). --unfenced starts the kernel with the
+limits and a private home alone, for machines where bwrap cannot run.
 """
 
 import argparse
 import ctypes
 import os
-import resource
+import pwd
+import shutil
+import subprocess
 import sys
+import time
 
-CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
-MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
-# statvfs() flag -> mount() flag: a remount inside a user namespace must keep the flags the mount already has.
-KEPT_FLAGS = {os.ST_NOSUID: MS_NOSUID, os.ST_NODEV: MS_NODEV, os.ST_NOEXEC: MS_NOEXEC, os.ST_NOATIME: MS_NOATIME,
-              os.ST_NODIRATIME: MS_NODIRATIME, os.ST_RELATIME: MS_RELATIME}
-
-
-def limit_memory(nbytes: int) -> None:
-    """Cap the address space: an allocation past it raises MemoryError instead of taking the machine down."""
-    resource.setrlimit(resource.RLIMIT_AS, (nbytes, nbytes))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a segfault should not write a core file into the scratch folder
-
-
-def _call(libc, name, *args) -> None:
-    if getattr(libc, name)(*args) != 0:
-        raise OSError(ctypes.get_errno(), f"{name}{args}: {os.strerror(ctypes.get_errno())}")
+HOME, WORK, UID = "/home/student", "/home/student/work", 1000  # the student's folders and identity inside
+ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "nsswitch.conf", "os-release", "fonts")
+TOP_LEVEL = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")  # symlinks into /usr on a merged-/usr system
+GENERATED_ETC = {  # the sandbox's own users and hosts, none of the machine's
+    "passwd": f"root:x:0:0::/:/usr/sbin/nologin\nstudent:x:{UID}:{UID}::{HOME}:/bin/sh\n"
+              "nobody:x:65534:65534::/nonexistent:/usr/sbin/nologin\n",
+    "group": f"root:x:0:\nstudent:x:{UID}:\nnogroup:x:65534:\n",
+    "hosts": "127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n",
+    "hostname": "sandbox\n",
+}
+MAX_STARTING_FILES = 256 << 20  # the files nbgrader puts beside the notebook (an assignment's data), at most
+CLONE_NEWUSER = 0x10000000
 
 
-def _enter_user_namespace(libc) -> None:
-    """A new user and mount namespace in which this process may mount, mapped to the same user outside."""
-    uid, gid = os.getuid(), os.getgid()
-    _call(libc, "unshare", CLONE_NEWUSER | CLONE_NEWNS)
-    for path, text in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"{uid} {uid} 1"),
-                       ("/proc/self/gid_map", f"{gid} {gid} 1")):
-        with open(path, "w") as f:
-            f.write(text)
+def data_fd(text: str) -> int:
+    """An inheritable descriptor holding `text`, for bwrap's --ro-bind-data."""
+    fd = os.memfd_create("sandbox-etc", 0)
+    os.write(fd, text.encode())
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.set_inheritable(fd, True)
+    return fd
 
 
-def fence(protect: list[str], writable: list[str]) -> None:
-    """Make `protect` read-only for this process and its children, except the `writable` folders inside them."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_void_p]
-    _enter_user_namespace(libc)
-    _call(libc, "mount", None, b"/", None, MS_REC | MS_PRIVATE, None)  # nothing we do here leaks out
-    for path in protect:
-        _call(libc, "mount", path.encode(), path.encode(), None, MS_BIND | MS_REC, None)
-    for path in writable:  # mounted on top before the read-only remount, which touches only the mount below
-        _call(libc, "mount", path.encode(), path.encode(), None, MS_BIND | MS_REC, None)
-    for path in protect:
-        kept = sum(m for st, m in KEPT_FLAGS.items() if os.statvfs(path).f_flag & st)
-        _call(libc, "mount", None, path.encode(), None, MS_BIND | MS_REMOUNT | MS_RDONLY | kept, None)
-    # A second user namespace locks those mounts: code running inside can neither unmount them nor make them
-    # writable again (mount_namespaces(7), "locked mounts").
-    _enter_user_namespace(libc)
+def binds(read_only: list[str]) -> list[str]:
+    """The machine's programs and libraries, the read-only folders, a little of /etc (none of its secrets)."""
+    args = []
+    for name in TOP_LEVEL:
+        path = f"/{name}"
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for folder in sorted({os.path.realpath(p) for p in ["/usr", *read_only] if os.path.isdir(p)}):
+        args += ["--ro-bind", folder, folder]
+    for name in ETC:
+        if os.path.exists(f"/etc/{name}"):
+            args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    for name, text in GENERATED_ETC.items():
+        args += ["--perms", "0644", "--ro-bind-data", str(data_fd(text)), f"/etc/{name}"]
+    gpus = sorted(d for d in os.listdir("/dev") if d.startswith("nvidia"))  # CUDA's devices (no CI machine has one)
+    for device in gpus:
+        args += ["--dev-bind", f"/dev/{device}", f"/dev/{device}"]
+    return args + (["--ro-bind", "/sys", "/sys"] if gpus else [])
+
+
+def reachable(args: list[str]) -> list[str]:
+    """bwrap (0.8) makes the folders it creates above a mount point private to whoever sets up the sandbox (root,
+    for a root grader): open them to the sandbox's user. Not the mount points, nor anything inside a bound folder."""
+    bound = {args[i + 2] for i, a in enumerate(args) if a in ("--ro-bind", "--ro-bind-data", "--dev-bind", "--bind")}
+    fresh = {args[i + 1] for i, a in enumerate(args) if a in ("--tmpfs", "--proc", "--dev", "--dir")}
+    above = set()
+    for target in bound:
+        while (target := os.path.dirname(target)) != "/" and not any(
+                target == b or target.startswith(b + "/") for b in bound) and target not in fresh:
+            above.add(target)
+    return [a for folder in sorted(above) for a in ("--chmod", "0755", folder)]
+
+
+def starting_files(folder: str | None) -> list[str]:
+    """The files nbgrader put beside the notebook (an assignment's data files), copied into the working folder."""
+    args, total = [], 0
+    for root, dirs, files in os.walk(folder) if folder else ():
+        inside = os.path.normpath(os.path.join(WORK, os.path.relpath(root, folder)))
+        args += [a for d in dirs for a in ("--perms", "0777", "--dir", os.path.join(inside, d))]
+        for name in files:
+            path = os.path.join(root, name)
+            if os.path.islink(path) or not os.path.isfile(path):
+                continue
+            total += os.path.getsize(path)
+            if total > MAX_STARTING_FILES:
+                raise SystemExit(f"autograder: the files beside the notebook exceed {MAX_STARTING_FILES >> 20} MiB")
+            fd = os.open(path, os.O_RDONLY)
+            os.set_inheritable(fd, True)
+            args += ["--perms", "0666", "--file", str(fd), os.path.join(inside, name)]
+    return args
+
+
+def limits(memory: int, processes: int, file_size: int) -> list[str]:
+    """prlimit, run inside the user namespace, where the process limit counts this sandbox's processes only.
+
+    Memory is limited as data (private writable memory), not address space, which CUDA reserves by the terabyte.
+    """
+    return ["prlimit", f"--data={memory}", f"--nproc={processes}", f"--fsize={file_size}", "--core=0", "--"]
+
+
+def environment(pairs: list[str], home: str, tmp: str) -> dict[str, str]:
+    """The kernel's whole environment: nothing of the grader's (it may hold passwords) but these."""
+    env = {"HOME": home, "TMPDIR": tmp, "USER": "student", "LOGNAME": "student", "LANG": "C.UTF-8",
+           "PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin"}
+    env.update(pair.split("=", 1) for pair in pairs)
+    return env
+
+
+def root_user_namespace() -> int:
+    """For a grader running as root: a user namespace where the sandbox's user is `nobody` outside.
+
+    Root is exempt from the process limit, so the kernel must not be root. Inside, uid 0 stays root (so that bwrap
+    can bind folders only root can reach) until `setpriv` makes the kernel uid 1000, that is `nobody`.
+    """
+    nobody = pwd.getpwnam("nobody")
+    ready, go = os.pipe(), os.pipe()
+    child = os.fork()
+    if child == 0:  # holds the new namespace open until its maps are written and a descriptor is taken
+        ok = ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWUSER) == 0
+        os.write(ready[1], b"y" if ok else b"n")
+        os.read(go[0], 1)
+        os._exit(0)
+    try:
+        if os.read(ready[0], 1) != b"y":
+            raise SystemExit("autograder: cannot create a user namespace for the sandbox")
+        for name, outside in (("uid_map", nobody.pw_uid), ("gid_map", nobody.pw_gid)):
+            with open(f"/proc/{child}/{name}", "w") as f:
+                f.write(f"0 0 1\n{UID} {outside} 1\n")
+        fd = os.open(f"/proc/{child}/ns/user", os.O_RDONLY)
+    finally:
+        os.write(go[1], b"x")
+        os.waitpid(child, 0)
+    os.set_inheritable(fd, True)
+    for path in (ready + go):
+        os.close(path)
+    return fd
+
+
+def identity(runtime: str) -> tuple[list[str], list[str]]:
+    """bwrap's options for the sandbox's user, and the command that must come first inside."""
+    if os.geteuid() != 0:
+        return ["--unshare-user", "--disable-userns", "--uid", str(UID), "--gid", str(UID)], []
+    nobody = pwd.getpwnam("nobody")
+    for path in [runtime] + [os.path.join(runtime, f) for f in os.listdir(runtime)]:
+        os.chown(path, nobody.pw_uid, nobody.pw_gid)  # the kernel writes its sockets here, reads its connection file
+    become = ["setpriv", f"--reuid={UID}", f"--regid={UID}", "--clear-groups", "--inh-caps=-all",
+              "--bounding-set=-all", "--"]
+    return ["--userns", str(root_user_namespace())], become
+
+
+def bwrap_command(args, kernel: list[str], files_from: str | None) -> list[str]:
+    """The whole bwrap command line that starts `kernel` in the sandbox."""
+    user, become = identity(args.runtime)
+    env = environment(args.env, HOME, "/tmp")
+    private = [a for path in ("/tmp", "/dev/shm", HOME) for a in ("--size", str(args.scratch), "--perms", "1777",
+                                                                 "--tmpfs", path)]
+    command = [args.bwrap, *user, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--hostname", "sandbox", "--clearenv",
+            *[a for name, value in env.items() for a in ("--setenv", name, value)],
+            *binds(args.read_only), "--proc", "/proc", "--dev", "/dev", *private,
+            "--perms", "0777", "--dir", WORK, *starting_files(files_from),
+            "--bind", args.runtime, os.path.realpath(args.runtime), "--chdir", WORK]
+    return command + reachable(command) + ["--", *become, *limits(args.memory, args.processes, args.scratch), *kernel]
+
+
+def check(bwrap: str) -> int:
+    """Can a sandbox start here, as this user? Exit 0, or 1 having said why on stderr."""
+    if shutil.which(bwrap) is None:
+        print(f"{bwrap} is not there: bubblewrap is not installed (Debian and Ubuntu: apt install bubblewrap)",
+              file=sys.stderr)
+        return 1
+    runtime = os.path.realpath(f"/tmp/autograder-check-{os.getpid()}-{time.monotonic_ns()}")
+    os.mkdir(runtime, 0o700)
+    try:
+        args = argparse.Namespace(runtime=runtime, env=[], read_only=[sys.prefix, sys.base_prefix], memory=1 << 30,
+                                  processes=64, scratch=1 << 20, bwrap=bwrap)
+        command = bwrap_command(args, [sys.executable, "-c", "import os; assert os.getuid() == 1000"], None)
+        result = subprocess.run(command, capture_output=True, text=True, close_fds=False, cwd=runtime)
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+    if result.returncode:
+        print(f"bwrap cannot start a sandbox here: {result.stderr.strip() or f'exit code {result.returncode}'}",
+              file=sys.stderr)
+    return result.returncode
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--check"]:
+        raise SystemExit(check(sys.argv[3] if sys.argv[2:3] == ["--bwrap"] else "bwrap"))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--memory", type=int, required=True, help="address-space limit in bytes")
-    parser.add_argument("--protect", action="append", default=[], help="a folder to make read-only")
-    parser.add_argument("--writable", action="append", default=[], help="a folder inside them to keep writable")
-    parser.add_argument("command", nargs=argparse.REMAINDER)
+    parser.add_argument("--bwrap", default="bwrap", help="the bubblewrap command")
+    parser.add_argument("--runtime", required=True, help="the kernel's runtime folder (connection file, sockets)")
+    parser.add_argument("--read-only", action="append", default=[], help="a folder the kernel may read")
+    parser.add_argument("--memory", type=int, default=4 << 30, help="bytes of data memory")
+    parser.add_argument("--processes", type=int, default=256, help="processes and threads at once")
+    parser.add_argument("--scratch", type=int, default=512 << 20, help="bytes of each private folder, and of a file")
+    parser.add_argument("--env", action="append", default=[], help="NAME=VALUE to pass to the kernel")
+    parser.add_argument("--unfenced", action="store_true", help="no sandbox: the limits and a private home alone")
+    parser.add_argument("kernel", nargs=argparse.REMAINDER)
     args = parser.parse_args()
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    protect = [os.path.realpath(p) for p in args.protect if os.path.isdir(p)]
-    writable = [os.path.realpath(p) for p in args.writable if os.path.isdir(p)]
-    if protect:
-        try:
-            fence(protect, writable)
-        except (OSError, AttributeError) as error:
-            print(f"autograder: student code is not fenced off from the course's files ({error})", file=sys.stderr)
-    limit_memory(args.memory)
+    kernel = args.kernel[1:] if args.kernel[:1] == ["--"] else args.kernel
+    if args.unfenced:
+        home, tmp = (os.path.join(args.runtime, name) for name in ("home", "tmp"))
+        for folder in (home, tmp):
+            os.makedirs(folder, exist_ok=True)
+        command = limits(args.memory, args.processes, args.scratch) + kernel
+        os.execvpe(command[0], command, environment(args.env, home, tmp))
+    command = bwrap_command(args, kernel, os.getcwd())  # nbgrader starts the kernel beside the notebook
     os.execvp(command[0], command)
 
 

@@ -19,8 +19,9 @@ from pathlib import Path
 from nbgrader.api import Gradebook
 
 sys.path.insert(0, str(Path(__file__).parent))
-from classroom import broken_class, scratch_course, write_folder  # noqa: E402
-from course import ROOT, nbgrader, source_path  # noqa: E402
+from classroom import course_class  # noqa: E402
+from handins import write_folder  # noqa: E402
+from course import ROOT, nbgrader, scratch_course, source_path  # noqa: E402
 
 ASSIGNMENTS = ("02_autograd", "03_modules")
 TIMEOUT = "20"
@@ -28,10 +29,21 @@ TIMEOUT = "20"
 MIX = {"right": 5, "wrong": 4, "tests_edited": 1, "unedited": 1, "loop": 1, "truncated": 1}
 
 
-def make_class(assignment: str, other: str, folder: Path) -> None:
-    base = broken_class(assignment, other, [])
+def make_class(assignment: str, folder: Path) -> None:
+    base = course_class(assignment)
     write_folder(folder, {f"{kind}{k}": base[kind] for kind, n in MIX.items() for k in range(n)},
                  source_path(assignment).name)
+
+
+def stock_nbgrader(course: Path) -> Path:
+    """The course's settings, but nbgrader's own grading steps: no sandbox, no checks (plain nbgrader)."""
+    from nbgrader.converters import Autograde, GenerateFeedback
+    named = {name: [f"{c.__module__}.{c.__qualname__}" for c in cls.class_traits()[trait].default()]
+             for name, cls, trait in (("Autograde.autograde_preprocessors", Autograde, "autograde_preprocessors"),
+                                      ("GenerateFeedback.preprocessors", GenerateFeedback, "preprocessors"))}
+    with open(course / "nbgrader_config.py", "a") as f:
+        f.write("".join(f"\nc.{name} = {steps!r}" for name, steps in named.items()) + "\n")
+    return course
 
 
 def plain_nbgrader(course: Path, classes: dict[str, Path]) -> tuple[float, dict]:
@@ -80,23 +92,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         classes = {}
-        for assignment, other in zip(ASSIGNMENTS, ASSIGNMENTS[::-1]):
+        for assignment in ASSIGNMENTS:
             classes[assignment] = tmp / "class" / assignment
-            make_class(assignment, other, classes[assignment])
+            make_class(assignment, classes[assignment])
         n = sum(len(list(f.iterdir())) for f in classes.values())
         print(f"class: {n} submissions of {', '.join(ASSIGNMENTS)} ({', '.join(f'{k}×{v}' for k, v in MIX.items())} "
               f"each); {os.cpu_count()} cores, {jobs} jobs")
-        base_s, base = plain_nbgrader(scratch_course(tmp / "plain", ASSIGNMENTS), classes)
-        our_s, our, results = ours(scratch_course(tmp / "ours", ASSIGNMENTS), classes, jobs)
+        base_s, base = plain_nbgrader(stock_nbgrader(scratch_course(tmp / "plain", ROOT / "solutions", ASSIGNMENTS)), classes)
+        our_s, our, results = ours(scratch_course(tmp / "ours", ROOT / "solutions", ASSIGNMENTS), classes, jobs)
     differ = {k: (base.get(k), our.get(k)) for k in our if base.get(k) != our.get(k)}
     executed = [r for r in results if r["execute_seconds"]]
     overhead = sum(r["seconds"] - r["execute_seconds"] for r in executed) / max(1, len(executed))
     run = sum(r["execute_seconds"] for r in executed) / max(1, len(executed))
+    checks = sum(r.get("check_seconds", 0) for r in executed) / max(1, len(executed))
     print(f"plain nbgrader, sequential (autograde + generate_feedback): {base_s:6.1f} s  ({base_s / n:.2f} s per submission)")
     print(f"python -m autograder grade --jobs {jobs}:                    {our_s:6.1f} s  ({our_s / n:.2f} s per submission)")
     print(f"ratio of wall times: {base_s / our_s:.2f}x")
     print(f"per submission, in a grading process: {run:.2f} s running cells, {overhead:.2f} s beyond that "
-          "(kernel start and stop, nbgrader's steps, feedback)")
+          f"({checks:.2f} s of integrity checks; kernel start and stop, nbgrader's steps, feedback)")
     print("scores: " + ("all agree" if not differ else f"{len(differ)} differ (plain nbgrader, ours): {differ}"))
     if differ:
         raise SystemExit(1)

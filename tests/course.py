@@ -2,6 +2,7 @@
 
 import os
 import runpy
+import shutil
 import subprocess
 import sys
 import time
@@ -15,6 +16,21 @@ from torchcourse.check import HIDDEN, answer_cells, grading, test_cells
 ROOT = Path(__file__).resolve().parents[1]
 SETUP_CELLS = ("colab-setup", "setup")  # ids of the code cells that open every notebook, in order
 BIN = Path(sys.executable).parent
+
+
+def scratch_course(folder: Path, solutions: Path = ROOT / "solutions", assignments: tuple[str, ...] = ()) -> Path:
+    """A course folder with these assignments (default: all) of `solutions` and this repository's nbgrader settings.
+
+    Its kernels may read the repository's data/ and torchcourse/ (which the course's nbgrader_config.py names
+    relative to the course folder): the kernels import torchcourse from here, where it is installed.
+    """
+    for name in assignments or sorted(p.name for p in solutions.iterdir()):
+        shutil.copytree(solutions / name, folder / "solutions" / name)
+    shutil.copy(ROOT / "nbgrader_config.py", folder)
+    with open(folder / "nbgrader_config.py", "a") as f:
+        f.write(f"\nc.SandboxedKernelManager.read_only = {[str(ROOT / 'data'), str(ROOT / 'torchcourse')]!r}\n")
+    (folder / "autograder").mkdir()
+    return folder
 
 
 def assignments() -> list[str]:

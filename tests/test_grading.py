@@ -1,16 +1,16 @@
 """nbgrader itself grades each notebook: solutions get full marks, unedited notebooks 0, wrong answers lose points."""
 
 import os
-import shutil
 
 import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from course import (ROOT, answer_ids, assignments, exercises_only, grading, nbgrader, read, solution_answers,
-                    source_path, graded_cells_of, with_answers, wrong_answers)
+from course import (ROOT, answer_ids, assignments, exercises_only, grading, nbgrader, read, scratch_course,
+                    solution_answers, source_path, graded_cells_of, with_answers, wrong_answers)
 
 
+pytestmark = pytest.mark.sandbox
 KINDS = {"WRONG": "wrong", "NOISY_BUT_RIGHT": "noisy"}
 
 
@@ -27,9 +27,7 @@ def class_of(assignment: str, release) -> dict:
 
 def grade_class(assignment: str, wanted: set[str], workdir) -> tuple[dict, object]:
     """Release, submit and autograde the wanted students of one assignment in a scratch course, in one nbgrader run."""
-    shutil.copytree(ROOT / "solutions" / assignment, workdir / "solutions" / assignment)
-    shutil.copy(ROOT / "nbgrader_config.py", workdir)
-    (workdir / "autograder").mkdir()  # holds the gradebook, as in the repository
+    scratch_course(workdir, ROOT / "solutions", (assignment,))
     nbgrader("generate_assignment", assignment, "--force", cwd=workdir)
     name = source_path(assignment).name
     students = {s: nb for s, nb in class_of(assignment, read(workdir / "notebooks" / assignment / name)).items() if s in wanted}

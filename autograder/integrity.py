@@ -1,0 +1,285 @@
+"""Do the tests run as the instructor wrote them? The checks the grader sends around each test cell, and their verdict.
+
+A notebook's code runs in the kernel that then runs its tests, so it can change how that kernel runs later cells:
+input and AST transformers, a replaced run_cell or execute handler, a custom exception handler or showtraceback,
+a trace or profile function, functions the tests call replaced or shadowed. Each check is a canary: a cell, sent
+as test cells are sent, that must fail with a fresh random value, carrying a report of the kernel's state. If it
+does not fail, fails otherwise, or its error does not reach the grader the way a failing test's would, or the state
+differs from the kernel's state before the notebook ran, the tests from there on cannot be trusted.
+
+These checks stop tampering in general, not an attack written against this file: code in the kernel sees every
+check it is sent. What they do not cover is written down in README.md ("What the grader defends against").
+"""
+
+import ast
+import json
+import random
+import re
+import secrets
+
+# Run once in the fresh kernel, before the notebook's first cell: an audit hook (it cannot be removed) that counts
+# trace and profile functions being set, and code objects of the kernel's machinery being swapped, so that a hook
+# set and removed within one test cell is still seen. `sys.audit("autograder.audit", d)` copies the counts into d.
+SETUP = r'''
+import sys
+def _install():
+    counts, watched = {}, {"sys.settrace": "trace", "sys.setprofile": "profile",
+                           "sys.monitoring.register_callback": "monitoring", "sys.monitoring.use_tool_id": "monitoring"}
+    machinery = ("IPython", "ipykernel", "jupyter_client", "zmq", "comm", "traitlets")
+    def hook(event, args, counts=counts, watched=watched, machinery=machinery):
+        kind = watched.get(event)
+        if kind is None and event == "object.__setattr__" and len(args) > 1 and args[1] == "__code__" \
+                and str(getattr(args[0], "__module__", "")).startswith(machinery):
+            kind = "code"
+        if kind is not None:
+            counts[kind] = counts.get(kind, 0) + 1
+        elif event == "autograder.audit" and args and isinstance(args[0], dict):
+            args[0].update(counts)
+    sys.addaudithook(hook)
+_install()
+'''
+
+# The kernel's state that decides how a cell runs and how its errors are reported: identities of these callables
+# (their function and code objects), the transformer lists, and the hooks.
+SHELL = ("run_cell", "run_cell_async", "_run_cell", "should_run_async", "transform_cell", "transform_ast",
+         "run_ast_nodes", "run_code", "showtraceback", "_showtraceback", "showsyntaxerror", "get_exception_only",
+         "set_custom_exc", "CustomTB", "ex", "ev")
+KERNEL = ("do_execute", "execute_request", "dispatch_shell", "send_response", "interrupt_request")
+BUILTINS = ("exec", "eval", "compile", "__import__", "__build_class__")
+
+CHECK = r'''
+import builtins, functools, json, math, sys, threading, types
+def who(thing):
+    f = getattr(thing, "__func__", thing)
+    code = getattr(f, "__code__", None)
+    where = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else ""
+    return f"{getattr(f, '__qualname__', type(f).__qualname__)}@{where}#{id(f)}#{id(code)}"
+ip = get_ipython()
+kernel = getattr(ip, "kernel", None)
+state = {f"shell.{n}": who(getattr(ip, n, None)) for n in SHELL}
+state.update({f"kernel.{n}": who(getattr(kernel, n, None)) for n in KERNEL})
+state["kernel.shell_handlers['execute_request']"] = who(getattr(kernel, "shell_handlers", {}).get("execute_request"))
+state["kernel.session.send"] = who(getattr(getattr(kernel, "session", None), "send", None))
+state["shell.compile"] = who(ip.compile)
+state["shell.compile.ast_parse"] = who(getattr(ip.compile, "ast_parse", None))
+state["shell.displayhook.session.send"] = who(getattr(getattr(ip.displayhook, "session", None), "send", None))
+state.update({f"shell.{n}": [who(t) for t in getattr(ip, n)] for n in
+              ("input_transformers_cleanup", "input_transformers_post", "ast_transformers")})
+state["shell.input_transformer_manager"] = who(ip.input_transformer_manager)
+state["shell.custom_exceptions"] = repr(ip.custom_exceptions)
+state.update({f"builtins.{n}": who(getattr(builtins, n)) for n in BUILTINS})
+state["sys.gettrace()"] = repr(sys.gettrace())
+state["sys.getprofile()"] = repr(sys.getprofile())
+state["threading.gettrace()"] = repr(threading.gettrace())
+state["threading.getprofile()"] = repr(threading.getprofile())
+if hasattr(sys, "monitoring"):
+    state["sys.monitoring tools"] = repr([sys.monitoring.get_tool(i) for i in range(6)])
+audit = {}
+sys.audit("autograder.audit", audit)
+
+def raises(f, *a):
+    try:
+        f(*a)
+    except AssertionError:
+        return True
+    return False
+checks = {"builtins.isinstance": lambda: not builtins.isinstance(1, str), "builtins.len": lambda: builtins.len([0, 0]) == 2,
+          "builtins.abs": lambda: builtins.abs(-1) == 1, "builtins.all": lambda: not builtins.all([False]),
+          "builtins.any": lambda: not builtins.any([False]), "math.isclose": lambda: not math.isclose(0.0, 1.0)}
+if "numpy" in sys.modules:
+    np = sys.modules["numpy"]
+    checks.update({"numpy.allclose": lambda: not np.allclose(0.0, 1.0), "numpy.array_equal": lambda: not np.array_equal([0], [1]),
+                   "numpy.testing.assert_allclose": lambda: raises(np.testing.assert_allclose, 0.0, 1.0)})
+if "torch" in sys.modules:
+    torch = sys.modules["torch"]
+    z, o = torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)
+    def wrong_gradient_passes():
+        class Wrong(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * x
+            @staticmethod
+            def backward(ctx, g):
+                return g
+        return torch.autograd.gradcheck(Wrong.apply, (torch.ones(2, dtype=torch.float64, requires_grad=True),),
+                                        raise_exception=False)
+    checks.update({
+        "torch.allclose": lambda: not torch.allclose(z, o), "torch.equal": lambda: not torch.equal(z, o),
+        "torch.isclose": lambda: not bool(torch.isclose(z, o).any()), "Tensor.allclose": lambda: not z.allclose(o),
+        "Tensor.__eq__": lambda: not bool((z == o).any()), "Tensor.equal": lambda: not z.equal(o),
+        "torch.testing.assert_close": lambda: raises(torch.testing.assert_close, z, o),
+        "torch.autograd.gradcheck": lambda: not wrong_gradient_passes()})
+faked = []
+for name, ok in checks.items():
+    if name not in PROBED:  # only what this notebook's tests call: a first gradcheck imports sympy (0.5 s)
+        continue
+    try:
+        good = ok()
+    except Exception:
+        good = False
+    if good is not True:
+        faked.append(name)
+namespace = ip.user_ns
+MISSING = object()
+
+def own(value):
+    """The notebook's own code: a function defined in it (or a partial or method of one), one of its classes or their
+    instances. Nothing of it runs: a student's object may do anything when asked for an attribute."""
+    for _ in range(8):
+        if isinstance(value, functools.partial):
+            value = value.func
+        elif isinstance(value, (types.MethodType, staticmethod, classmethod)):
+            value = value.__func__
+        else:
+            break
+    if isinstance(value, types.FunctionType):
+        return value.__globals__ is namespace
+    kind = value if isinstance(value, type) else type(value)
+    return type.__dict__["__dict__"].__get__(kind).get("__module__") == "__main__"
+
+def stored(holder, name):
+    """An attribute as stored in a module or a library class (its MRO), without running any descriptor."""
+    if isinstance(holder, types.ModuleType):
+        return types.ModuleType.__dict__["__dict__"].__get__(holder).get(name, MISSING)
+    for klass in type.__dict__["__mro__"].__get__(holder):
+        found = type.__dict__["__dict__"].__get__(klass)
+        if name in found:
+            return found[name]
+    return MISSING
+
+# Names the next test cell uses (all built-in names, for the first check): a built-in shadowed by a callable, as
+# reported to compare with a fresh kernel (IPython puts its own `open` into every namespace), and a module swapped.
+shadows = {}
+for name in NAMES if NAMES is not None else [n for n in vars(builtins) if not n.startswith("_")]:
+    value = namespace.get(name, MISSING)
+    if value is not MISSING and hasattr(builtins, name) and value is not getattr(builtins, name) and callable(value):
+        shadows[name] = who(value)
+    elif isinstance(value, types.ModuleType) and sys.modules.get(value.__name__) is not value:
+        faked.append(f"module:{name}")
+# Attributes the next test cell reads from a module or a library class (`torch.testing.assert_close`, `F.gelu`): none
+# may be the notebook's own code.
+for chain in CHAINS:
+    root, *rest = chain.split(".")
+    holder = namespace.get(root, MISSING)
+    for k, part in enumerate(rest, 2):
+        if not (isinstance(holder, types.ModuleType) or isinstance(holder, type) and not own(holder)):
+            break
+        holder = stored(holder, part)
+        if holder is MISSING:
+            break
+        if own(holder):
+            faked.append("replaced:" + ".".join(chain.split(".")[:k]))
+            break
+EXCEPTION = ERROR(NONCE + json.dumps({"state": state, "audit": audit, "faked": faked, "shadows": shadows}))
+'''
+
+def isolated(code: str) -> str:
+    """A cell that runs `code` in a namespace of its own, leaving nothing in the notebook's."""
+    return f"exec(compile({code!r}, '<autograder>', 'exec'), {{}})"
+
+
+def raising(code: str) -> str:
+    """A cell that runs `code` as `isolated` does, then raises the EXCEPTION it made. Raised from the cell itself,
+    the traceback IPython formats has one frame (a check costs 30 ms, not 40)."""
+    return f"raise (lambda g: (exec(compile({code!r}, '<autograder>', 'exec'), g), g['EXCEPTION'])[1])({{}})"
+
+
+CANARIES = ("ValueError", "RuntimeError", "TypeError", "LookupError", "ArithmeticError", "OSError")
+PROBES = tuple(re.findall(r'"([\w.]+)": lambda', CHECK))  # the functions the check tries, by name
+
+
+def probes_for(sources: list[str]) -> list[str]:
+    """The probes worth running for tests with these sources: the built-ins, and each function a test names."""
+    words = set(re.findall(r"\w+", "\n".join(sources))) | ({"__eq__"} if any("==" in s for s in sources) else set())
+    return [p for p in PROBES if p.startswith("builtins.") or p.rsplit(".", 1)[-1] in words]
+
+
+def names_used(source: str) -> tuple[list[str], list[str]]:
+    """Global names a test cell reads, and the attribute chains it reads from them (`torch.testing.assert_close`)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return [], []
+    names = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)})
+    chains = set()
+    for node in ast.walk(tree):
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if parts and isinstance(node, ast.Name):
+            chains.add(".".join([node.id, *reversed(parts)]))
+    return names, sorted(c for c in chains if not any(other.startswith(c + ".") for other in chains))  # the longest
+
+
+def prefixes(chains: list[str]) -> set[str]:
+    """`a.b.c` -> {`a.b`, `a.b.c`}: the attributes a chain reads."""
+    return {".".join(c.split(".")[:k]) for c in chains for k in range(2, c.count(".") + 2)}
+
+
+class Canary:
+    """One check: the code to send, and what its answer must be. `names` None: report every shadowed built-in."""
+
+    def __init__(self, names: list[str] | None = None, chains: list[str] = (), probes: list[str] = PROBES):
+        self.nonce, self.error = secrets.token_hex(12), random.choice(CANARIES)
+        body = (f"NONCE, ERROR, NAMES, CHAINS = {self.nonce!r}, {self.error}, {names!r}, {list(chains)!r}\n"
+                f"PROBED, SHELL, KERNEL, BUILTINS = {set(probes)!r}, {SHELL!r}, {KERNEL!r}, {BUILTINS!r}\n{CHECK}")
+        self.code = raising(body)
+
+    def read(self, reply: dict | None, errors: list[dict]) -> tuple[dict | None, str | None]:
+        """The kernel's report, or None and why the check failed. `errors`: the error outputs the check produced."""
+        if reply is None:
+            return None, "the kernel did not answer the grader's check"
+        if reply.get("status") == "ok":
+            return None, ("a cell that must fail passed: the kernel no longer runs the code it is sent as written "
+                          "(an input or AST transformer, or a replaced run_cell or execute handler?)")
+        evalue = reply.get("evalue", "")
+        if reply.get("ename") != self.error or not evalue.startswith(self.nonce):
+            return None, ("the kernel reported another error than the one raised: the code it is sent is changed, or "
+                          "its errors are")
+        if not any(e.get("ename") == self.error and e.get("evalue") == evalue for e in errors):
+            return None, ("errors no longer reach the grader as test failures do: the kernel's error display was "
+                          "replaced (showtraceback, a custom exception handler, the session that sends them?)")
+        try:
+            report = json.loads(evalue[len(self.nonce):])
+            assert isinstance(report.get("state"), dict) and isinstance(report.get("faked"), list)
+            assert isinstance(report.get("shadows"), dict)
+            return report, None
+        except (ValueError, AssertionError, AttributeError):
+            return None, "the grader's check gave an unreadable report"
+
+
+def what_changed(baseline: dict, report: dict, audit_before: dict, names: list[str], chains: list[str],
+                 after_test: bool, name_them: bool = True) -> str | None:
+    """A sentence naming what the notebook changed in the kernel since `baseline`, or None if nothing that matters.
+
+    `baseline`: the report of the check run before the notebook's first cell. `audit_before`: the audit counts at
+    the previous check: a trace or profile function set and removed since then counts when a test ran in between
+    (`after_test`), the kernel's own code swapped counts always. `names` and `chains`: what the next test cell reads.
+    The sentence is made of names the grader knows (the report comes from the kernel) and may reach the student's
+    feedback: with `name_them` False (a hidden test's check) the names read from the test's code are only counted.
+    """
+    found = []
+    changed = sorted(k for k in baseline["state"] if report["state"].get(k) != baseline["state"][k])  # baseline's keys
+    if changed:
+        found.append(f"replaced {', '.join(changed)}")
+    audit = report.get("audit", {})
+    kinds = ("trace", "profile", "monitoring", "code") if after_test else ("code",)
+    set_between = sorted(kind for kind in kinds if audit.get(kind, 0) > audit_before.get(kind, 0))
+    if set_between:
+        words = {"trace": "a trace function", "profile": "a profile function", "monitoring": "a sys.monitoring tool",
+                 "code": "the code of the kernel's own functions"}
+        found.append(f"set {', '.join(words[k] for k in set_between)}")
+    faked = sorted({p for p in report["faked"] if p in PROBES})
+    if faked:
+        found.append(f"replaced functions the tests rely on: {', '.join(faked)}")
+    shadows = report.get("shadows", {})
+    used = [f"{n} (shadowed by the notebook)" for n in names if n in shadows and shadows[n] != baseline["shadows"].get(n)]
+    used += [f"{n} (not the module it names)" for n in names if f"module:{n}" in report["faked"]]
+    used += [f"{c} (replaced by the notebook's own code)" for c in sorted(prefixes(chains))
+             if f"replaced:{c}" in report["faked"]]
+    if used:
+        found.append(f"replaced what this test uses: {', '.join(used)}" if name_them else
+                     f"replaced {len(used)} name{'s' if len(used) > 1 else ''} this hidden test uses with the "
+                     "notebook's own")
+    return "; ".join(found) or None

@@ -1,0 +1,58 @@
+"""What every step shares: one grading's result (a row of grades.csv), its statuses, and how results are stored."""
+
+import csv
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STATUSES = ("graded", "tampered", "timeout", "crashed", "invalid", "missing")  # what each means: README.md
+NEEDS_REVIEW = ("tampered", "timeout", "crashed", "invalid")  # flagged for manual grading in the gradebook
+FIXED_COLUMNS = ["student_id", "assignment", "notebook", "score", "max_score", "status", "message"]
+
+
+@dataclass
+class Result:
+    """One row of grades.csv, and what is needed to put it into the course's gradebook."""
+    student_id: str
+    assignment: str
+    notebook: str
+    status: str  # one of STATUSES
+    message: str
+    score: float = 0.0
+    max_score: float = 0.0
+    cells: dict = field(default_factory=dict)  # grade_id -> {"score", "max_score", "needs_manual_grade"}
+    comments: dict = field(default_factory=dict)  # answer grade_id -> nbgrader's automatic comment
+    sha256: str = ""  # of the file graded: an unchanged file is not graded again
+    seconds: float = 0.0  # wall time of the whole grading
+    execute_seconds: float = 0.0  # of which running the notebook's cells
+    check_seconds: float = 0.0  # and the integrity checks around its tests
+
+
+def write_result(path: Path, result: dict) -> None:
+    """A result is on disk whole or not at all: an interrupted run grades that student again."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(result, indent=1))
+    os.replace(tmp, path)
+
+
+def read_result(path: Path) -> dict | None:
+    """The result stored at `path`, or None where there is none (or a damaged one, graded again)."""
+    try:
+        result = json.loads(path.read_text())
+        return result if isinstance(result, dict) and result.get("status") in STATUSES else None
+    except (OSError, ValueError):
+        return None
+
+
+def write_table(path: Path, rows: list[dict], grade_ids: list[str]) -> None:
+    """grades.csv: one row per student and notebook, then one column per graded cell; replaced whole."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(FIXED_COLUMNS + grade_ids)
+        for r in rows:
+            writer.writerow([r["student_id"], r["assignment"], r["notebook"], f"{r['score']:g}", f"{r['max_score']:g}",
+                             r["status"], r["message"]] + [f"{r['cells'][g]['score']:g}" if g in r["cells"] else ""
+                                                          for g in grade_ids])
+    os.replace(tmp, path)

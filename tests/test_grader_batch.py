@@ -1,0 +1,180 @@
+"""The bulk grader on a class of right, wrong and broken hand-ins of the grader's own test course (two exercises)."""
+
+import csv
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from nbgrader.api import Gradebook
+
+from course import nbgrader
+from handins import (ASSIGNMENT, CHILDREN, FIRST, MEMORY_HOG, NOISY, NOTEBOOK, OTHER, SECOND, STUBBORN_LOOP, WIDGETS,
+                     colab, exercise_points, grade, handin, hidden_lines, html_text, leaked, release, replace_cell,
+                     right, right_answers, rows_of, scratch_course, without_cells, write, write_folder, write_zip)
+
+pytestmark = [pytest.mark.xdist_group("grader-batch"), pytest.mark.sandbox]  # one worker grades the class once; the tests read its results
+WRONG_MEAN = "def mean(xs):\n    return sum(xs) / (len(xs) + 1)"
+FIRST_TESTS = [f"{FIRST}_tests", f"{FIRST}_hidden"]
+
+# student -> (status, the exercises that score 0 (the others must score full marks), words the message must hold)
+EXPECTED = {
+    "right": ("graded", set(), ""),
+    "unedited": ("graded", {FIRST, SECOND}, ""),
+    "wrong": ("graded", {FIRST}, ""),
+    "loop": ("timeout", {SECOND}, "limit"),
+    "stubborn": ("timeout", {SECOND}, "KeyboardInterrupt"),
+    "exits": ("crashed", {SECOND}, "exit code 3"),
+    "segfault": ("crashed", {SECOND}, "segmentation fault"),
+    "memory": ("crashed", {SECOND}, "memory"),
+    "sys_exit": ("graded", {SECOND}, ""),
+    "children": ("graded", set(), "running after grading"),
+    "not_json": ("invalid", {FIRST, SECOND}, "JSON"),
+    "truncated": ("invalid", {FIRST, SECOND}, "cut off"),
+    "other_assignment": ("invalid", {FIRST, SECOND}, OTHER),
+    "empty": ("invalid", {FIRST, SECOND}, "empty"),
+    "tests_edited": ("graded", {FIRST}, ""),
+    "tests_deleted": ("graded", {FIRST}, "put back"),
+    "tests_duplicated": ("graded", {FIRST}, "more than once"),
+    "answer_deleted": ("graded", {SECOND}, "put back"),
+    "noisy": ("graded", set(), ""),
+    "widgets": ("graded", set(), ""),
+    "colab": ("graded", set(), ""),
+    "lesson_edited": ("graded", set(), ""),
+    "no_notebook": ("missing", {FIRST, SECOND}, "no notebook"),
+}
+
+
+def broken_class() -> dict[str, str | None]:
+    """student -> notebook text (None: a folder with no notebook). The second exercise is the one broken."""
+    wrong = right(**{FIRST: WRONG_MEAN})
+    answers = right_answers()
+    return {
+        "right": write(right()),
+        "unedited": write(handin()),
+        "wrong": write(wrong),
+        "loop": write(right(**{SECOND: "while True:\n    pass"})),
+        "stubborn": write(right(**{SECOND: STUBBORN_LOOP})),
+        "exits": write(right(**{SECOND: "import os\nos._exit(3)"})),
+        "segfault": write(right(**{SECOND: "import ctypes\nctypes.string_at(0)"})),
+        "memory": write(right(**{SECOND: MEMORY_HOG})),
+        "sys_exit": write(right(**{SECOND: "import sys\nsys.exit()"})),
+        "children": write(right(**{SECOND: CHILDREN + answers[SECOND]})),
+        "not_json": "These are my answers: 1. the mean ...",
+        "truncated": write(right())[:1500],
+        "other_assignment": write(release(OTHER)),
+        "empty": json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}),
+        "tests_edited": write(replace_cell(replace_cell(wrong, FIRST_TESTS[0], "pass"), FIRST_TESTS[1], "pass")),
+        "tests_deleted": write(without_cells(wrong, set(FIRST_TESTS))),
+        "tests_duplicated": write(replace_cell(wrong, FIRST_TESTS[1], "pass", duplicate_first=True)),
+        "answer_deleted": write(without_cells(right(), {SECOND})),
+        "noisy": write(right(**{gid: NOISY + code for gid, code in answers.items()})),
+        "widgets": write(right(**{FIRST: WIDGETS + answers[FIRST]})),
+        "colab": colab(right()),
+        # a helper defined in a lesson cell and used by an answer: lesson cells run in grading too
+        "lesson_edited": write(handin({FIRST: "def mean(xs):\n    return total(xs) / len(xs)", SECOND: answers[SECOND]},
+                                      lesson="def total(xs):\n    return sum(xs)")),
+        "no_notebook": None,
+    }
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """The class graded once: (course, submissions, out folder, rows by student, the command's stderr)."""
+    course = scratch_course(tmp_path_factory.mktemp("course"))
+    submissions = write_folder(tmp_path_factory.mktemp("submissions"), broken_class())
+    result = grade(course, submissions, "--timeout", "10", "--memory", "2")
+    out = course / "autograder" / "grades" / ASSIGNMENT
+    return course, submissions, out, rows_of(out), result.stderr
+
+
+@pytest.mark.parametrize("student", EXPECTED)
+def test_each_submission_gets_its_row(graded, student):
+    """Status, message and scores: broken exercises score 0, every other exercise full marks."""
+    status, zero, words = EXPECTED[student]
+    row = graded[3][student]
+    assert row["status"] == status, f"{student}: {row['status']} ({row['message']})"
+    assert words in row["message"], f"{student}: the message '{row['message']}' does not mention '{words}'"
+    if status != "graded":
+        assert row["message"], f"{student}: no message says why it is {status}"
+    for exercise in (FIRST, SECOND):
+        got, best = exercise_points(row, exercise)
+        assert got == (0 if exercise in zero else best), f"{student}: {exercise} scores {got}/{best} ({row['message']})"
+
+
+def test_table_has_the_promised_columns_and_a_summary(graded):
+    """grades.csv: the fixed columns then one per graded cell; the run ends with a summary by status."""
+    _, _, out, rows, stderr = graded
+    header = next(csv.reader(open(out / "grades.csv")))
+    cells = [f"{FIRST}_tests", f"{FIRST}_hidden", f"{SECOND}_tests", f"{SECOND}_hidden"]
+    assert header == ["student_id", "assignment", "notebook", "score", "max_score", "status", "message"] + cells
+    assert sorted(rows) == sorted(EXPECTED)
+    assert f"{len(EXPECTED)} students:" in stderr and "mean score" in stderr and "ETA" in stderr
+
+
+def test_no_process_is_left_running(graded):
+    """The processes the 'children' notebook started (one a daemon of its own session) were stopped."""
+    left = subprocess.run(["pgrep", "-f", "sleep 61[34]"], capture_output=True, text=True).stdout.split()
+    assert not left, f"processes started by a notebook are still running: {left}"
+
+
+def test_feedback_names_each_test_and_hides_hidden_code(graded):
+    """Every graded student gets feedback naming each test; a failing hidden test shows the instructor's message."""
+    _, _, out, rows, _ = graded
+    secret = hidden_lines()
+    for student, row in rows.items():
+        if row["status"] in ("invalid", "missing"):
+            continue
+        text = html_text(out / "feedback" / f"{student}.html")
+        assert not leaked(text, secret), f"{student}'s feedback shows hidden test code: {leaked(text, secret)}"
+        assert f"{FIRST}_hidden" in text and "Hidden tests ran here" in text
+    wrong = html_text(out / "feedback" / "wrong.html")
+    assert "AssertionError: the mean of … is …, not …" in wrong, "a failing hidden test shows its own message"
+
+
+def test_grades_reach_the_course_gradebook_and_nbgrader_export(graded):
+    """formgrader and `nbgrader export` see every student; those that could not be graded are flagged for a human."""
+    course, _, _, rows, _ = graded
+    with Gradebook(f"sqlite:///{course}/autograder/gradebook.db") as gb:
+        for student, row in rows.items():
+            submitted = gb.find_submission_notebook(Path(NOTEBOOK).stem, ASSIGNMENT, student)
+            assert submitted.score == float(row["score"]), student
+            assert submitted.needs_manual_grade == (row["status"] in ("timeout", "crashed", "invalid")), student
+    assert (course / "autograder" / "autograded" / "right" / ASSIGNMENT / NOTEBOOK).exists()
+    nbgrader("export", "--to", str(course / "export.csv"), cwd=course)
+    exported = {r["student_id"]: r for r in csv.DictReader(open(course / "export.csv"))}
+    assert set(rows) <= set(exported)
+    assert float(exported["right"]["raw_score"]) == float(rows["right"]["score"])
+
+
+def test_a_second_run_grades_only_what_is_missing_and_gives_the_same_table(graded):
+    """Results are kept per student: a rerun grades just those whose result is gone (as after an interruption)."""
+    course, submissions, out, _, _ = graded
+    table = (out / "grades.csv").read_text()
+    (out / "results" / "wrong.json").unlink()  # as if the run had been interrupted before grading it
+    result = grade(course, submissions, "--timeout", "10", "--memory", "2")
+    assert "1 to grade" in result.stderr
+    assert (out / "grades.csv").read_text() == table
+
+
+def test_zip_export_from_an_lms_with_a_student_pattern(tmp_path):
+    """A flat zip as Canvas exports it: the --pattern names the student in each file name; --force regrades."""
+    course = scratch_course(tmp_path / "course")
+    archive = write_zip(tmp_path / "submissions.zip", {"right": write(right()), "truncated": write(right())[:1500]})
+    out = tmp_path / "out"
+    pattern = ("--pattern", r"^(?P<student_id>[^_]+)_\d+_\d+_", "--out", str(out))
+    grade(course, archive, *pattern)
+    rows = rows_of(out)
+    assert (rows["right"]["status"], rows["truncated"]["status"]) == ("graded", "invalid")
+    assert rows["right"]["score"] == rows["right"]["max_score"]
+    assert "2 to grade" in grade(course, archive, *pattern, "--force").stderr
+
+
+def test_one_notebook_alone_for_debugging(tmp_path):
+    """SUBMISSIONS may be one notebook: that student is graded alone, the row and log named after the file."""
+    course = scratch_course(tmp_path / "course")
+    (tmp_path / "alice.ipynb").write_text(write(right(**{FIRST: WRONG_MEAN})))
+    grade(course, tmp_path / "alice.ipynb", "--out", str(tmp_path / "out"))
+    row = rows_of(tmp_path / "out")["alice"]
+    assert row["status"] == "graded" and exercise_points(row, FIRST)[0] == 0
+    assert (tmp_path / "out" / "logs" / "alice.log").read_text()

@@ -1,0 +1,260 @@
+"""The grader's modules one at a time: the sandbox, the integrity checks' verdicts, the feedback rule, results, batch."""
+
+import json
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+from traitlets.config import Config
+
+from autograder import batch, feedback, integrity, results
+from autograder.kernel import SandboxUnavailable, SandboxedKernelManager, require_sandbox
+from course import ROOT
+from handins import grade, handin, private_env, right, rows_of, scratch_course, write, write_folder
+
+SANDBOX = ROOT / "autograder" / "sandbox.py"
+PROBE = """import json, os, socket, sys
+found = {"uid": os.getuid(), "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+         "top": sorted(os.listdir("/")), "cwd": os.getcwd(), "env": sorted(os.environ),
+         "solutions": os.path.exists(sys.argv[1]), "home": os.environ["HOME"]}
+for name, path in (("tmp", "/tmp/x"), ("home_file", os.path.expanduser("~/x")), ("work", "x"), ("venv", sys.prefix + "/x")):
+    try:
+        open(path, "w").write("x")
+        found[name] = "written"
+    except OSError as error:
+        found[name] = type(error).__name__
+try:
+    socket.create_connection(("1.1.1.1", 53), timeout=2)
+    found["net"] = "reached"
+except OSError as error:
+    found["net"] = type(error).__name__
+print(json.dumps(found))"""
+
+
+def in_sandbox(code: str, *options: str, python: str = sys.executable, user: str | None = None, args=()) -> tuple:
+    """Run `code` through sandbox.py, as this user or `user`: (exit code, stdout, stderr)."""
+    runtime = tempfile.mkdtemp(prefix="sandbox-test-")
+    start = tempfile.mkdtemp(prefix="sandbox-start-")
+    (Path(start) / "data.txt").write_text("a file beside the notebook")
+    if user:
+        for path in (runtime, start):
+            shutil.chown(path, user)
+    prefix = ["runuser", "-u", user, "--"] if user else []
+    command = [*prefix, python, str(SANDBOX), f"--runtime={runtime}", f"--read-only={sys.prefix}",
+               f"--read-only={sys.base_prefix}", *options, "--", python, "-c", code, *args]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, cwd=start, timeout=120)
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+        shutil.rmtree(start, ignore_errors=True)
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.mark.sandbox
+def test_a_sandboxed_process_sees_only_its_own_folders():
+    code, out, err = in_sandbox(PROBE, args=[str(ROOT / "solutions")])
+    assert code == 0, err
+    found = json.loads(out)
+    assert found["uid"] == 1000 and found["pids"] == [1, 2], found  # its own PID namespace: bwrap's init and itself
+    assert not found["solutions"], "the course's solutions are visible"
+    assert found["cwd"] == "/home/student/work" and found["home"] == "/home/student"
+    assert (found["tmp"], found["home_file"], found["work"]) == ("written",) * 3
+    assert found["venv"] == "OSError" and found["net"] in ("OSError", "ConnectionRefusedError", "TimeoutError"), found
+    assert set(found["env"]) <= {"HOME", "TMPDIR", "USER", "LOGNAME", "LANG", "PATH", "PWD", "LC_CTYPE"}, found["env"]
+
+
+@pytest.mark.sandbox
+def test_the_files_beside_the_notebook_are_copied_into_its_working_folder():
+    code, out, err = in_sandbox("print(open('data.txt').read())")
+    assert code == 0 and out.strip() == "a file beside the notebook", err
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("attempt, options, refused", [
+    ("import os, time\nn = 0\ntry:\n    while n < 1000:\n        if os.fork() == 0:\n            time.sleep(5)\n"
+     "            os._exit(0)\n        n += 1\nexcept OSError:\n    pass\nprint(n)", ("--processes=20",), lambda out: int(out) < 20),
+    ("x = bytearray(600 * 2**20)\nprint('allocated')", ("--memory=268435456",), lambda out: "allocated" not in out),
+    ("open('/tmp/big', 'wb').write(bytes(8 * 2**20))\nprint('written')", ("--scratch=1048576",),
+     lambda out: "written" not in out),
+], ids=["processes", "memory", "scratch"])
+def test_limits_hold(attempt, options, refused):
+    _, out, err = in_sandbox(attempt, *options)
+    assert refused(out.strip()), f"the limit did not hold: {out} {err[-500:]}"
+
+
+@pytest.mark.sandbox
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/python3").exists(), reason="needs root to become nobody")
+def test_as_an_ordinary_user_too():
+    """What an instructor's server runs: the grader as an ordinary user (here `nobody`, with Debian's python3)."""
+    code, out, err = in_sandbox("import os\nn = 0\ntry:\n    while n < 100:\n        if os.fork() == 0:\n"
+                                "            import time; time.sleep(5); os._exit(0)\n        n += 1\nexcept OSError:\n"
+                                "    pass\nprint(os.getuid(), n)", "--processes=20", python="/usr/bin/python3",
+                                user=pwd.getpwuid(65534).pw_name)
+    assert code == 0, err
+    uid, forked = map(int, out.split())
+    assert uid == 1000 and forked < 20
+
+
+def test_a_missing_bwrap_is_reported_with_what_to_do():
+    done = subprocess.run([sys.executable, str(SANDBOX), "--check", "--bwrap", "/nonexistent/bwrap"],
+                          capture_output=True, text=True)
+    assert done.returncode == 1 and "apt install bubblewrap" in done.stderr
+    with pytest.raises(SandboxUnavailable, match="--unfenced"):
+        require_sandbox("/nonexistent/bwrap")
+
+
+def test_the_kernel_command_goes_through_the_sandbox_with_a_short_socket_path():
+    manager = SandboxedKernelManager(kernel_name="python3", config=Config(
+        {"SandboxedKernelManager": {"read_only": ["data"], "memory_gib": 1.5}}))
+    command = manager.format_kernel_cmd()
+    assert command[1] == str(SANDBOX) and "--memory=1610612736" in command and "--" in command
+    assert f"--read-only={os.path.abspath('data')}" in command and manager.transport == "ipc"
+    assert len(manager.ip) + 6 < 107, "an ipc socket's path must fit in 107 bytes"
+    shutil.rmtree(os.path.dirname(manager.connection_file))
+
+
+def report(state=None, faked=(), audit=None, shadows=None) -> dict:
+    return {"state": state or {"shell.run_cell": "a"}, "faked": list(faked), "audit": audit or {},
+            "shadows": shadows or {}}
+
+
+def test_a_canary_tells_what_went_wrong():
+    canary = integrity.Canary()
+    good = {"status": "error", "ename": canary.error, "evalue": canary.nonce + json.dumps(report())}
+    assert canary.read(good, [good]) == (report(), None)
+    assert "must fail" in canary.read({"status": "ok"}, [])[1]
+    assert "errors no longer reach" in canary.read(good, [])[1]
+    assert "another error" in canary.read({**good, "evalue": "other"}, [good])[1]
+    assert "did not answer" in canary.read(None, [])[1]
+
+
+def test_a_test_cell_is_read_for_its_names_and_attribute_chains():
+    names, chains = integrity.names_used("assert torch.testing.assert_close(F.gelu(x), y) is None and abs(z) < 1")
+    assert names == ["F", "abs", "torch", "x", "y", "z"] and chains == ["F.gelu", "torch.testing.assert_close"]
+    assert integrity.prefixes(chains) == {"F.gelu", "torch.testing", "torch.testing.assert_close"}
+
+
+def test_what_changed_names_only_what_the_grader_knows():
+    def changed(now, names=(), chains=(), after_test=True, name_them=True):
+        return integrity.what_changed(baseline, now, {}, list(names), list(chains), after_test, name_them)
+    baseline = report({"shell.run_cell": "a", "sys.gettrace()": "None"}, shadows={"open": "IPython's open"})
+    assert changed(baseline, ["open"]) is None, "a name shadowed in a fresh kernel (IPython's open) is no finding"
+    assert "shell.run_cell" in changed(report({"shell.run_cell": "b"}), after_test=False)
+    trace = report(baseline["state"], audit={"trace": 1})
+    assert changed(trace, after_test=False) is None  # set outside a test
+    assert "trace function" in changed(trace)
+    faked = report(baseline["state"], faked=["torch.allclose", "replaced:np.mean", "<the hidden test's code>"],
+                   shadows={"abs": "a lambda", "open": "IPython's open", "len": "not used by the test"})
+    sentence = changed(faked, ["abs", "open"], ["np.mean.x"])
+    assert "torch.allclose" in sentence and "abs (shadowed" in sentence and "np.mean (replaced" in sentence
+    assert "hidden" not in sentence and "open" not in sentence and "len" not in sentence
+    hidden = changed(faked, ["abs"], ["np.mean.x"], name_them=False)
+    assert "torch.allclose" in hidden and "2 names this hidden test uses" in hidden and "abs" not in hidden
+
+
+FAKE_EVERY_LIBRARY_PROBE = """import math, numpy as np, torch
+yes = lambda *args, **kwargs: True
+math.isclose = np.allclose = np.array_equal = torch.allclose = torch.equal = torch.autograd.gradcheck = yes
+torch.Tensor.allclose = torch.Tensor.equal = yes
+np.testing.assert_allclose = torch.testing.assert_close = lambda *args, **kwargs: None
+torch.isclose = lambda *args, **kwargs: torch.ones(3, dtype=torch.bool)
+torch.Tensor.__eq__ = lambda self, other: torch.ones(3, dtype=torch.bool)"""
+
+
+def test_every_probe_sees_its_function_faked_in_a_real_kernel():
+    """Each library function the probes try, replaced by one that says yes, is named; only the tests' ones are tried."""
+    from jupyter_client.manager import start_new_kernel
+    manager, client = start_new_kernel(kernel_name="python3")
+    try:
+        def ask(code):
+            errors = []
+            reply = client.execute_interactive(code, timeout=60, output_hook=lambda m: errors.append(m["content"])
+                                               if m["msg_type"] == "error" else None)
+            return reply["content"], errors
+        assert ask(FAKE_EVERY_LIBRARY_PROBE)[0]["status"] == "ok"
+        library = [p for p in integrity.PROBES if not p.startswith("builtins.")]
+        canary = integrity.Canary([], [], integrity.PROBES)
+        report, problem = canary.read(*ask(canary.code))
+        assert problem is None and sorted(report["faked"]) == sorted(library), (problem, report and report["faked"])
+        canary = integrity.Canary([], [], integrity.probes_for(["assert np.array_equal(f(1), 2)"]))
+        assert canary.read(*ask(canary.code))[0]["faked"] == ["numpy.array_equal"]
+    finally:
+        manager.shutdown_kernel(now=True)
+
+
+def test_probes_are_the_functions_the_tests_name():
+    probes = integrity.probes_for(['assert torch.allclose(a, b)', 'torch.testing.assert_close(x, y)', 'assert n == 2'])
+    assert {"torch.allclose", "Tensor.allclose", "torch.testing.assert_close", "Tensor.__eq__"} <= set(probes)
+    assert "torch.autograd.gradcheck" not in probes and "builtins.len" in probes
+
+
+def test_feedback_shows_the_instructors_messages_only():
+    templates = feedback.message_templates('assert x, f"shape {a}: got {b}"\nassert y, "plain"\n'
+                                           'check(z, msg=lambda m: f"close? {m}")\nraise ValueError("no " + "way")')
+    assert [t for _, t in templates] == ["shape …: got …", "plain", "close? …"]
+    shown = lambda ename, evalue: feedback.verdict({"ename": ename, "evalue": evalue}, templates)  # noqa: E731
+    assert (shown("AssertionError", "shape (2,): got secret").evalue, shown("AssertionError", "plain").evalue) == \
+        ("shape …: got …", "plain")
+    assert shown("AssertionError", "assert _want == 42").evalue == feedback.UNKNOWN_MESSAGE
+    assert shown("My_hidden_code_as_a_name", "").ename == "Error" and shown("NotImplementedError", "").evalue == ""
+
+
+def test_feedback_withholds_what_came_after_the_first_hidden_test():
+    hidden = '"""Hidden."""\n### BEGIN HIDDEN TESTS\nassert f() == 1, "f() is 1"\n### END HIDDEN TESTS\n'
+    test = {"nbgrader": {"grade": True, "solution": False, "grade_id": "t", "points": 1}}
+    cells = [new_code_cell("print(1)", id="before"), new_code_cell(hidden, id="t", metadata=test),
+             new_code_cell("print(2)", id="after"), new_code_cell(hidden, id="t2", metadata=test)]
+    cells[0].outputs = [nbformat.v4.new_output("stream", text="1\n")]
+    cells[1].outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue="f() is 1", traceback=["x"])]
+    cells[2].outputs = [nbformat.v4.new_output("stream", text="assert f() == 1\n")]
+    cells[3].outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue="assert f() == 1",
+                                               traceback=["x"])] * 2
+    nb = new_notebook(cells=cells, metadata={"widgets": {"state": "anything"}})
+    nb, _ = feedback.HideHiddenTests().preprocess(nb, {})
+    assert nb.cells[0].outputs[0].text == "1\n" and "widgets" not in nb.metadata
+    assert "BEGIN HIDDEN" not in nb.cells[1].source and nb.cells[1].outputs[0].evalue == "f() is 1"
+    assert nb.cells[2].outputs[0].text.startswith(feedback.WITHHELD)
+    assert [o.evalue for o in nb.cells[3].outputs] == [feedback.UNKNOWN_MESSAGE]
+
+
+def test_results_are_whole_or_absent(tmp_path):
+    path = tmp_path / "alice.json"
+    assert results.read_result(path) is None
+    path.write_text('{"status": "graded", "student')
+    assert results.read_result(path) is None
+    results.write_result(path, {"status": "graded"})
+    assert results.read_result(path) == {"status": "graded"} and not list(tmp_path.glob(".*tmp"))
+
+
+def test_the_readme_explains_every_status():
+    table = re.findall(r"^\| `(\w+)` \|", (ROOT / "autograder" / "README.md").read_text(), re.M)
+    assert tuple(table) == results.STATUSES
+
+
+def test_a_configuration_that_would_leak_or_run_unguarded_is_refused():
+    with pytest.raises(SystemExit, match="GuardedExecute"):
+        batch.check_configuration(Config({"Autograde": {"autograde_preprocessors": ["nbgrader.preprocessors.Execute"]},
+                                          "GenerateFeedback": {"preprocessors": ["autograder.feedback.HideHiddenTests"]}}))
+
+
+def test_where_the_sandbox_cannot_start_grading_stops_unless_unfenced(tmp_path):
+    """A clear message and a non-zero exit; with --unfenced the batch grades, and its summary and logs say so."""
+    course = scratch_course(tmp_path / "course")
+    with open(course / "nbgrader_config.py", "a") as f:
+        f.write('\nc.SandboxedKernelManager.bwrap = "/nonexistent/bwrap"\n')
+    submissions = write_folder(tmp_path / "subs", {"right": write(right()), "unedited": write(handin())})
+    refused = grade(course, submissions, check=False, env=private_env(tmp_path / "env"))
+    assert refused.returncode != 0 and "apt install bubblewrap" in refused.stderr and "--unfenced" in refused.stderr
+    graded = grade(course, submissions, "--unfenced", env=private_env(tmp_path / "env"))
+    assert "UNFENCED" in graded.stderr
+    out = course / "autograder" / "grades" / "01_basics"
+    assert {s: r["score"] for s, r in rows_of(out).items()} == {"right": "6", "unedited": "0"}
+    assert all("UNFENCED" in (out / "logs" / f"{s}.log").read_text() for s in ("right", "unedited"))
