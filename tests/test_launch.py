@@ -1,4 +1,4 @@
-"""The launcher notebook 05 uses: results, errors, timeouts and interrupts, with no process left behind."""
+"""The launcher notebook 06 uses: results, errors, timeouts and interrupts, with no process left behind."""
 
 import os
 import signal

@@ -1,4 +1,4 @@
-"""Notebook 06: plausible wrong answers (each must lose its exercise's points) and right answers that write to stderr."""
+"""Notebook 07: plausible wrong answers (each must lose its exercise's points) and right answers that write to stderr."""
 
 WRONG = {
     "ex1_save_checkpoint": {
