@@ -8,9 +8,10 @@ import time
 import matplotlib
 import pytest
 import torch
+from torch.utils.data import DataLoader
 
 from torchcourse.plots import plot_storage, storage_positions
-from torchcourse.seed import seed_everything
+from torchcourse.seed import WorkerDraws, seed_everything, seed_worker
 from torchcourse.timing import time_it
 from torchcourse.widgets import describe, stride_explorer
 
@@ -70,6 +71,19 @@ def test_seed_everything_repeats_every_generator():
     assert torch.equal(first[1], second[1])
     assert torch.equal(torch.rand(2, generator=first[0]), torch.rand(2, generator=second[0]))
 
+
+
+def test_workers_draw_apart_without_worker_init_fn_and_seed_worker_reaches_a_dataset_rng():
+    def first_draws(seed, init=None):
+        loader = DataLoader(WorkerDraws(4), batch_size=2, num_workers=2, generator=torch.Generator().manual_seed(seed),
+                            worker_init_fn=init)
+        return {int(b["worker"][0]): tuple(b[k][0].item() for k in ("random", "numpy", "torch", "own rng")) for b in loader}
+    plain, again, seeded = first_draws(42), first_draws(42), first_draws(42, seed_worker)
+    assert plain == again and seeded == first_draws(42, seed_worker), "the same generator seed must repeat every draw"
+    assert all(a != b for a, b in zip(plain[0][:3], plain[1][:3])), "the DataLoader seeds random, NumPy and torch per worker"
+    assert plain[0][3] == plain[1][3], "a data set's own generator is copied into each worker in the same state"
+    assert seeded[0][3] != seeded[1][3], "seed_worker gives each worker's copy a seed of its own"
+    assert first_draws(7, seed_worker) != seeded, "another generator seed, other draws"
 
 def test_time_it_synchronizes_the_device_around_the_clock(monkeypatch):
     events = []

@@ -18,6 +18,14 @@ def row_major_strides(shape):
         step *= max(size, 1)
     return tuple(strides)
 ''',
+        "a list instead of a tuple": '''
+def row_major_strides(shape):
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.insert(0, step)
+        step *= max(size, 1)
+    return strides
+''',
         "a size-0 dimension zeroes the strides before it": '''
 def row_major_strides(shape):
     strides, step = [], 1
@@ -55,6 +63,26 @@ def broadcast_shape(a, b):
     a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
     return tuple(max(x, y) for x, y in zip(a, b))
 ''',
+        "torch.broadcast_shapes passed through: its RuntimeError is not a ValueError": '''
+def broadcast_shape(a, b):
+    return tuple(torch.broadcast_shapes(a, b))
+''',
+        "takes the larger size, so 1 against 0 gives 1 instead of 0": '''
+def broadcast_shape(a, b):
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    if any(x != y and 1 not in (x, y) for x, y in zip(a, b)):
+        raise ValueError(f"shapes {a} and {b} do not broadcast")
+    return tuple(max(x, y) for x, y in zip(a, b))
+''',
+        "a list instead of a tuple": '''
+def broadcast_shape(a, b):
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    if any(x != y and 1 not in (x, y) for x, y in zip(a, b)):
+        raise ValueError(f"shapes {a} and {b} do not broadcast")
+    return [y if x == 1 else x for x, y in zip(a, b)]
+''',
         "the error names no shapes": '''
 def broadcast_shape(a, b):
     n = max(len(a), len(b))
@@ -68,6 +96,10 @@ def broadcast_shape(a, b):
         "a window that copies": '''
 def sliding_window(x, size, step=1):
     return torch.stack([x[i:i + size] for i in range(0, len(x) - size + 1, step)])
+''',
+        "unfold itself, not as_strided": '''
+def sliding_window(x, size, step=1):
+    return x.unfold(0, size, step)
 ''',
         "the input's own stride ignored": '''
 def sliding_window(x, size, step=1):

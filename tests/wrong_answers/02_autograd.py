@@ -26,6 +26,23 @@ def manual_backward(x, y, W1, b1, W2, b2):
     dpre = dpred @ W2.T
     return {"W1": x.T @ dpre, "b1": dpre.sum(0), "W2": h.T @ dpred, "b2": dpred.sum(0)}
 ''',
+        "the right numbers, but through autograd (torch.autograd.grad)": '''
+def manual_backward(x, y, W1, b1, W2, b2):
+    with torch.enable_grad():
+        params = [p.detach().requires_grad_() for p in (W1, b1, W2, b2)]
+        A, a, B, b = params
+        loss = ((torch.tanh(x @ A + a) @ B + b - y) ** 2).mean()
+        grads = torch.autograd.grad(loss, params)
+    return dict(zip(["W1", "b1", "W2", "b2"], grads))
+''',
+        "the right numbers, but through loss.backward()": '''
+def manual_backward(x, y, W1, b1, W2, b2):
+    with torch.enable_grad():
+        params = {k: p.detach().clone().requires_grad_() for k, p in zip(["W1", "b1", "W2", "b2"], (W1, b1, W2, b2))}
+        h = torch.tanh(x @ params["W1"] + params["b1"])
+        ((h @ params["W2"] + params["b2"] - y) ** 2).mean().backward()
+    return {k: p.grad for k, p in params.items()}
+''',
     },
     "ex2_central_difference": {
         "a forward difference": '''
@@ -44,6 +61,15 @@ def central_difference(f, x, eps=1e-6):
         step = torch.zeros(x.numel(), dtype=x.dtype)
         step[i] = eps
         grad[i] = (f(x + step.view_as(x)) - f(x - step.view_as(x))) / eps
+    return grad.view_as(x)
+''',
+        "the gradient built in the default float32, not in x's dtype": '''
+def central_difference(f, x, eps=1e-6):
+    grad = torch.zeros(x.numel())
+    for i in range(x.numel()):
+        step = torch.zeros(x.numel(), dtype=x.dtype)
+        step[i] = eps
+        grad[i] = (f(x + step.view_as(x)) - f(x - step.view_as(x))) / (2 * eps)
     return grad.view_as(x)
 ''',
         "x perturbed in place and left changed": '''
@@ -93,6 +119,24 @@ class GELU(torch.autograd.Function):
 
 gelu = GELU.apply
 ''',
+        "backward differentiates F.gelu with autograd instead of by hand": '''
+class GELU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return F.gelu(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        with torch.enable_grad():
+            leaf = x if x.requires_grad else x.detach().requires_grad_()
+            (grad,) = torch.autograd.grad(F.gelu(leaf), leaf, grad_output, create_graph=True)
+        return grad
+
+
+gelu = GELU.apply
+''',
         "the density φ without its 1/√(2π)": '''
 class GELU(torch.autograd.Function):
     @staticmethod
@@ -123,6 +167,24 @@ class GELUTanh(torch.autograd.Function):
         k = math.sqrt(2 / math.pi)
         t = torch.tanh(k * (x + 0.044715 * x ** 3))
         return grad_output * (0.5 * (1 + t) + 0.5 * x * (1 - t ** 2) * k)
+
+
+gelu_tanh = GELUTanh.apply
+''',
+        "backward differentiates F.gelu(approximate='tanh') with autograd instead of by hand": '''
+class GELUTanh(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return F.gelu(x, approximate="tanh")
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        with torch.enable_grad():
+            leaf = x.detach().requires_grad_()
+            (grad,) = torch.autograd.grad(F.gelu(leaf, approximate="tanh"), leaf, grad_output)
+        return grad
 
 
 gelu_tanh = GELUTanh.apply

@@ -55,6 +55,11 @@ def count_parameters(model, trainable_only=True):
 def count_parameters(model, trainable_only=True):
     return sum(p.numel() for p in model.parameters())
 ''',
+        "counts the buffers too": '''
+def count_parameters(model, trainable_only=True):
+    params = sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+    return params + sum(b.numel() for b in model.buffers())
+''',
         "sums the state_dict: buffers and tied copies included": '''
 def count_parameters(model, trainable_only=True):
     return sum(t.numel() for t in model.state_dict().values())
@@ -111,6 +116,51 @@ def capture_activations(model, x, layer_type=nn.Linear):
                for name, m in model.named_modules() if isinstance(m, layer_type)]
     try:
         model.forward(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return captured
+''',
+        "keeps the first output of a module called twice": '''
+def capture_activations(model, x, layer_type=nn.Linear):
+    captured = {}
+    def keep_first(name):
+        def hook(module, inputs, output):
+            if name not in captured:
+                captured[name] = output.detach().clone()
+        return hook
+
+    handles = [m.register_forward_hook(keep_first(name)) for name, m in model.named_modules() if isinstance(m, layer_type)]
+    try:
+        model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return captured
+''',
+        "swallows the forward pass's exception": '''
+def capture_activations(model, x, layer_type=nn.Linear):
+    captured = {}
+    handles = [m.register_forward_hook(lambda module, inputs, output, name=name: captured.__setitem__(name, output.detach().clone()))
+               for name, m in model.named_modules() if isinstance(m, layer_type)]
+    try:
+        model(x)
+    except Exception:
+        pass
+    finally:
+        for handle in handles:
+            handle.remove()
+    return captured
+''',
+        "runs the forward pass twice: once without hooks to check it works": '''
+def capture_activations(model, x, layer_type=nn.Linear):
+    captured = {}
+    with torch.no_grad():
+        model(x)
+    handles = [m.register_forward_hook(lambda module, inputs, output, name=name: captured.__setitem__(name, output.detach().clone()))
+               for name, m in model.named_modules() if isinstance(m, layer_type)]
+    try:
+        model(x)
     finally:
         for handle in handles:
             handle.remove()

@@ -67,6 +67,39 @@ def lr_find(model, loader, loss_fn, optimizer, start_lr=1e-7, end_lr=10.0, num_i
     return lrs, losses
 '''
 
+_PAD = '''
+def pad_collate(batch):
+    sequences, labels = zip(*batch)
+    lengths = torch.tensor([len(s) for s in sequences], dtype=torch.int64)
+    padded = torch.zeros(len(sequences), int(lengths.max()), dtype=sequences[0].dtype)
+    for row, s in enumerate(sequences):
+        padded[row, :len(s)] = s
+    mask = torch.arange(padded.shape[1]) < lengths[:, None]
+    return padded, lengths, mask, torch.tensor([int(label) for label in labels], dtype=torch.int64)
+'''
+_DIGITS = '''
+class DigitsDataset(Dataset):
+    def __init__(self, path):
+        table = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.int64)
+        self.features = torch.from_numpy(table[:, :64]).float() / 16
+        self.labels = torch.from_numpy(table[:, 64])
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return self.features[i], self.labels[i]
+'''
+_SUGGEST = '''
+def suggest_lr(lrs, losses, skip_start=10, skip_end=5):
+    end = len(losses) - skip_end
+    kept = [(lr, loss) for lr, loss in zip(lrs[skip_start:end], losses[skip_start:end]) if math.isfinite(loss)]
+    if len(kept) < 2:
+        raise ValueError(f"need at least 2 finite points after skipping, got {len(kept)}")
+    slopes = np.gradient(np.array([loss for _, loss in kept]))
+    return float(kept[int(np.argmin(slopes))][0])
+'''
+
 WRONG = {
     "ex1_digits_dataset": {
         "pixels scaled by 255 as for 8-bit images": '''
@@ -108,34 +141,45 @@ class DigitsDataset(Dataset):
     def __getitem__(self, i):
         return self.features[i], self.labels[i]
 ''',
+        "converted in __getitem__, every time an item is read": '''
+class DigitsDataset(Dataset):
+    def __init__(self, path):
+        self.table = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.int64)
+
+    def __len__(self):
+        return len(self.table)
+
+    def __getitem__(self, i):
+        return torch.from_numpy(self.table[i, :64]).float() / 16, torch.tensor(self.table[i, 64])
+''',
+        "the header row not skipped": _DIGITS.replace("skiprows=1, ", ""),
     },
     "ex2_pad_collate": {
-        "sorted by length, losing the input order": '''
-def pad_collate(batch):
-    batch = sorted(batch, key=lambda item: len(item[0]), reverse=True)
-    sequences, labels = zip(*batch)
-    lengths = torch.tensor([len(s) for s in sequences])
-    padded = torch.nn.utils.rnn.pad_sequence(list(sequences), batch_first=True)
-    return padded, lengths, torch.tensor([int(label) for label in labels])
-''',
-        "padded at the front": '''
-def pad_collate(batch):
-    sequences, labels = zip(*batch)
-    lengths = torch.tensor([len(s) for s in sequences])
-    padded = torch.zeros(len(sequences), int(lengths.max()), dtype=sequences[0].dtype)
-    for row, s in enumerate(sequences):
-        padded[row, padded.shape[1] - len(s):] = s
-    return padded, lengths, torch.tensor([int(label) for label in labels])
-''',
-        "a float padding tensor whatever the input dtype": '''
-def pad_collate(batch):
-    sequences, labels = zip(*batch)
-    lengths = torch.tensor([len(s) for s in sequences])
-    padded = torch.zeros(len(sequences), int(lengths.max()))
-    for row, s in enumerate(sequences):
-        padded[row, :len(s)] = s
-    return padded, lengths, torch.tensor([int(label) for label in labels])
-''',
+        "sorted by length, losing the input order": _PAD.replace(
+            "    sequences, labels = zip(*batch)\n",
+            "    sequences, labels = zip(*sorted(batch, key=lambda item: len(item[0]), reverse=True))\n"),
+        "padded at the front": _PAD.replace("padded[row, :len(s)] = s", "padded[row, padded.shape[1] - len(s):] = s"),
+        "a float padding tensor whatever the input dtype": _PAD.replace(
+            "torch.zeros(len(sequences), int(lengths.max()), dtype=sequences[0].dtype)",
+            "torch.zeros(len(sequences), int(lengths.max()))"),
+        "padded with -1 instead of 0": _PAD.replace("torch.zeros(len(sequences), int(lengths.max()), dtype=sequences[0].dtype)",
+                                                     "torch.full((len(sequences), int(lengths.max())), -1, dtype=sequences[0].dtype)"),
+        "the mask inverted (True at the pads)": _PAD.replace(
+            "mask = torch.arange(padded.shape[1]) < lengths[:, None]", "mask = torch.arange(padded.shape[1]) >= lengths[:, None]"),
+        "a mask of 0s and 1s (int64) instead of bool": _PAD.replace(
+            "mask = torch.arange(padded.shape[1]) < lengths[:, None]", "mask = (torch.arange(padded.shape[1]) < lengths[:, None]).long()"),
+        "a float mask, ready to multiply": _PAD.replace(
+            "mask = torch.arange(padded.shape[1]) < lengths[:, None]", "mask = (torch.arange(padded.shape[1]) < lengths[:, None]).float()"),
+        "the mask transposed, (T_max, B)": _PAD.replace(
+            "mask = torch.arange(padded.shape[1]) < lengths[:, None]", "mask = torch.arange(padded.shape[1])[:, None] < lengths"),
+        "the mask taken from the values (padded != 0), wrong when a sequence holds 0": _PAD.replace(
+            "mask = torch.arange(padded.shape[1]) < lengths[:, None]", "mask = padded != 0"),
+        "lengths as a Python list": _PAD.replace(
+            "return padded, lengths, mask,", "return padded, lengths.tolist(), mask,"),
+        "labels stacked, which fails on Python ints": _PAD.replace(
+            "torch.tensor([int(label) for label in labels], dtype=torch.int64)", "torch.stack(labels)"),
+        "labels as float": _PAD.replace(
+            "torch.tensor([int(label) for label in labels], dtype=torch.int64)", "torch.tensor([float(label) for label in labels])"),
     },
     "ex3_train_and_evaluate": {
         "the loss averaged per batch instead of per sample": _TRAIN.replace(
@@ -144,6 +188,16 @@ def pad_collate(batch):
         "evaluate leaves the model in eval mode": _TRAIN + _EVALUATE.replace("    model.train(was_training)\n", ""),
         "evaluation that builds a graph (no no_grad)": _TRAIN + _EVALUATE.replace(
             "    with torch.no_grad():\n        for", "    if True:\n        for"),
+        "max_grad_norm ignored": _TRAIN.replace(
+            "        if max_grad_norm is not None:\n            torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n",
+            "") + _EVALUATE,
+        "gradients never zeroed": _TRAIN.replace("        optimizer.zero_grad()\n", "") + _EVALUATE,
+        "training left in the mode the model was in": _TRAIN.replace("    model.train()\n", "") + _EVALUATE,
+        "evaluate averages the batch means": _TRAIN + _EVALUATE.replace(
+            "total += loss_fn(out, yb).item() * len(yb)", "total += loss_fn(out, yb).item()").replace(
+            "return total / count, correct / count", "return total / len(loader), correct / count"),
+        "evaluate returns the number of correct answers": _TRAIN + _EVALUATE.replace(
+            "return total / count, correct / count", "return total / count, correct"),
     },
     "ex4_accumulate_gradients": {
         "accumulation without dividing the loss": '''
@@ -164,6 +218,11 @@ def accumulate_gradients(model, loss_fn, x, y, micro_batch):
     for xs, ys in zip(x.split(micro_batch), y.split(micro_batch)):
         (loss_fn(model(xs), ys) * len(xs) / len(x)).backward()
 ''',
+        "the whole batch in one forward, ignoring micro_batch": '''
+def accumulate_gradients(model, loss_fn, x, y, micro_batch):
+    model.zero_grad()
+    loss_fn(model(x), y).backward()
+''',
     },
     "ex5_lr_find": {
         "the schedule off by one step": _LR_FIND.replace("** (i / (num_iter - 1))", "** ((i + 1) / num_iter)"),
@@ -174,6 +233,27 @@ def accumulate_gradients(model, loss_fn, x, y, micro_batch):
             _LR_FIND.replace("if i == 0 or smooth == 0 else", "if i == 0 else"),
         "no stop when the loss diverges": _LR_FIND.replace(
             "        if not math.isfinite(value) or value > diverge * min(losses):\n            break\n", ""),
+        "no stop on nan (only the divergence test)": _LR_FIND.replace("if not math.isfinite(value) or value >", "if value >"),
+        "forward in whatever mode the model was in": _LR_FIND.replace("    model.train()\n    batches", "    batches"),
+        "the loader not restarted: stops when it runs out": _LR_FIND.replace(
+            "            batches = iter(loader)\n            xb, yb = next(batches)\n", "            break\n"),
+        "no check of num_iter and smooth": _LR_FIND.replace(
+            "    if num_iter < 2 or not 0 <= smooth < 1:\n        raise ValueError(\"bad arguments\")\n", ""),
+        "returns NumPy arrays": _LR_FIND.replace("    return lrs, losses", "    return np.array(lrs), np.array(losses)"),
+        "losses recorded as 0-d tensors": _LR_FIND.replace(
+            "value = loss.item() if i == 0 or smooth == 0 else smooth * loss.item() + (1 - smooth) * losses[-1]",
+            "value = loss.detach() if i == 0 or smooth == 0 else smooth * loss.detach() + (1 - smooth) * losses[-1]"),
+        "state dicts kept without a deep copy": _LR_FIND.replace(
+            "copy.deepcopy(model.state_dict())", "model.state_dict()").replace("copy.deepcopy(optimizer.state_dict())", "optimizer.state_dict()"),
+        "parameters restored, buffers not": _LR_FIND.replace(
+            "model_state = copy.deepcopy(model.state_dict())", "model_state = [p.detach().clone() for p in model.parameters()]").replace(
+            "    model.load_state_dict(model_state)\n",
+            "    with torch.no_grad():\n        for p, saved in zip(model.parameters(), model_state):\n            p.copy_(saved)\n"),
+        "only the learning rate restored, not Adam's state": _LR_FIND.replace(
+            "optimizer_state = copy.deepcopy(optimizer.state_dict())", "old_lrs = [g['lr'] for g in optimizer.param_groups]").replace(
+            "    optimizer.load_state_dict(optimizer_state)\n",
+            "    for g, lr in zip(optimizer.param_groups, old_lrs):\n        g['lr'] = lr\n"),
+        "the model left in train mode": _LR_FIND.replace("    model.train(was_training)\n", ""),
     },
     "ex6_suggest_lr": {
         "skip_end=0 slices everything away": '''
@@ -200,6 +280,20 @@ def suggest_lr(lrs, losses, skip_start=10, skip_end=5):
         raise ValueError(f"need at least 2 points, got {len(kept)}")
     return float(kept[int(np.argmin(np.gradient([loss for _, loss in kept])))][0])
 ''',
+        "non-finite losses dropped before skipping": '''
+def suggest_lr(lrs, losses, skip_start=10, skip_end=5):
+    finite = [(lr, loss) for lr, loss in zip(lrs, losses) if math.isfinite(loss)]
+    kept = finite[skip_start:len(finite) - skip_end]
+    if len(kept) < 2:
+        raise ValueError(f"need at least 2 finite points after skipping, got {len(kept)}")
+    return float(kept[int(np.argmin(np.gradient([loss for _, loss in kept])))][0])
+''',
+        "the index of the steepest drop instead of its learning rate": _SUGGEST.replace(
+            "return float(kept[int(np.argmin(slopes))][0])", "return float(skip_start + int(np.argmin(slopes)))"),
+        "the error message without the counts": _SUGGEST.replace(
+            'f"need at least 2 finite points after skipping, got {len(kept)}"', '"not enough points"'),
+        "no check: NumPy's own error": _SUGGEST.replace(
+            "    if len(kept) < 2:\n        raise ValueError(f\"need at least 2 finite points after skipping, got {len(kept)}\")\n", ""),
     },
 }
 

@@ -42,6 +42,35 @@ def pick_device(prefer=None):
         raise RuntimeError(f"{prefer} is not available")
     return torch.device(prefer)
 ''',
+        "unknown names raise RuntimeError, not ValueError": '''
+def pick_device(prefer=None):
+    available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), "cpu": True}
+    if prefer is None:
+        return torch.device(next(name for name, ok in available.items() if ok))
+    if not available.get(prefer, False):
+        raise RuntimeError(f"{prefer} is not available")
+    return torch.device(prefer)
+''',
+        "falls back to the best device instead of raising for a missing one": '''
+def pick_device(prefer=None):
+    available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), "cpu": True}
+    if prefer is not None and prefer not in available:
+        raise ValueError(prefer)
+    if prefer is not None and available[prefer]:
+        return torch.device(prefer)
+    return torch.device(next(name for name, ok in available.items() if ok))
+''',
+        "the error does not name the missing device": '''
+def pick_device(prefer=None):
+    available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), "cpu": True}
+    if prefer is None:
+        return torch.device(next(name for name, ok in available.items() if ok))
+    if prefer not in available:
+        raise ValueError(prefer)
+    if not available[prefer]:
+        raise RuntimeError("the device you asked for is not available")
+    return torch.device(prefer)
+''',
     },
     "ex2_amp_train_step": {
         "clips before unscaling: max_norm applies to the scaled gradients": '''
@@ -90,6 +119,68 @@ def amp_train_step(model, x, y, loss_fn, optimizer, scaler, device_type, dtype, 
     scaler.step(optimizer)
     scaler.update()
     return loss.item()
+''',
+        "never calls model.train()": '''
+def amp_train_step(model, x, y, loss_fn, optimizer, scaler, device_type, dtype, max_grad_norm=None):
+    optimizer.zero_grad()
+    with torch.autocast(device_type, dtype=dtype):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    if max_grad_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+''',
+        "backward of the unscaled loss": '''
+def amp_train_step(model, x, y, loss_fn, optimizer, scaler, device_type, dtype, max_grad_norm=None):
+    model.train()
+    optimizer.zero_grad()
+    with torch.autocast(device_type, dtype=dtype):
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    if max_grad_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+''',
+        "optimizer.step() instead of scaler.step(optimizer)": _AMP_START + '''
+    if max_grad_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    optimizer.step()
+    scaler.update()
+    return loss.item()
+''',
+        "ignores max_grad_norm: never clips": _AMP_START + '''
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+''',
+        "ignores dtype: always bfloat16": '''
+def amp_train_step(model, x, y, loss_fn, optimizer, scaler, device_type, dtype, max_grad_norm=None):
+    model.train()
+    optimizer.zero_grad()
+    with torch.autocast(device_type, dtype=torch.bfloat16):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    if max_grad_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
+''',
+        "returns the loss tensor, not a float": _AMP_START + '''
+    if max_grad_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
 ''',
     },
 }

@@ -62,6 +62,8 @@ def average_gradients(model):
         "every rank reads the whole data set (a sampler for one replica)":
             _ddp(sampler="DistributedSampler(train_data, num_replicas=1, rank=0, shuffle=True, seed=seed)"),
         "returns the DDP wrapper's state_dict (keys start with module.)": _ddp(result="model"),
+        "counts epochs, not steps: runs whole epochs": _ddp().replace("            if done == steps:\n                break\n", ""),
+        "samples_per_s of this rank alone": _ddp().replace("steps * per_rank_batch * world_size / seconds", "steps * per_rank_batch / seconds"),
     },
     "ex3_scaling_efficiency": {
         "reports the speed-up T(W) / T(1) as the efficiency": '''
@@ -75,6 +77,15 @@ def scaling_efficiency(throughput):
     if 1 not in throughput:
         raise ValueError("throughput[1] is missing")
     return {w: throughput[1] / (w * t) for w, t in throughput.items()}
+''',
+        "changes the input dict in place and returns it": '''
+def scaling_efficiency(throughput):
+    if 1 not in throughput:
+        raise ValueError("throughput[1] is missing")
+    one = throughput[1]
+    for w in throughput:
+        throughput[w] = throughput[w] / (w * one)
+    return throughput
 ''',
         "no check: a missing world size 1 raises KeyError": '''
 def scaling_efficiency(throughput):

@@ -1,39 +1,18 @@
-"""Notebook 07: plausible wrong answers (each must lose its exercise's points) and right answers that write to stderr."""
+"""Notebook 07: plausible wrong answers (each must lose its exercise's points) and right answers that write to stderr
+(some also take a choice the statement leaves open, so that the suite proves the tests accept it)."""
 
-WRONG = {
-    "ex1_save_checkpoint": {
-        "not atomic: torch.save straight onto path": '''
-def save_checkpoint(path, *, model, optimizer, epoch, scheduler=None, scaler=None, extra=None):
-    torch.save({
-        "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-        "scheduler": None if scheduler is None else scheduler.state_dict(),
-        "scaler": None if scaler is None else scaler.state_dict(), "epoch": epoch, "extra": extra,
-        "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
-    }, path)
-''',
-        "the temporary file in the system's temp folder, not beside the target": '''
+def _changed(right: str, *changes: tuple[str, str]) -> str:
+    """The right answer with each (old, new) change made: a wrong answer differs from it by its flaw alone."""
+    for old, new in changes:
+        assert right.count(old) == 1, f"not exactly once in the right answer: {old!r}"
+        right = right.replace(old, new)
+    return right
+
+
+_SAVE = '''
 def save_checkpoint(path, *, model, optimizer, epoch, scheduler=None, scaler=None, extra=None):
     state = {
         "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-        "scheduler": None if scheduler is None else scheduler.state_dict(),
-        "scaler": None if scaler is None else scaler.state_dict(), "epoch": epoch, "extra": extra,
-        "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
-    }
-    fd, tmp = tempfile.mkstemp(suffix=".pt")
-    os.close(fd)
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        os.remove(tmp)
-        raise
-''',
-        "the model object pickled instead of its state_dict": '''
-def save_checkpoint(path, *, model, optimizer, epoch, scheduler=None, scaler=None, extra=None):
-    state = {
-        "model": model, "optimizer": optimizer.state_dict(),
         "scheduler": None if scheduler is None else scheduler.state_dict(),
         "scaler": None if scaler is None else scaler.state_dict(), "epoch": epoch, "extra": extra,
         "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
@@ -47,20 +26,54 @@ def save_checkpoint(path, *, model, optimizer, epoch, scheduler=None, scaler=Non
     except BaseException:
         os.remove(tmp)
         raise
-''',
-        "a failed write leaves its temporary file behind": '''
-def save_checkpoint(path, *, model, optimizer, epoch, scheduler=None, scaler=None, extra=None):
-    state = {
-        "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-        "scheduler": None if scheduler is None else scheduler.state_dict(),
-        "scaler": None if scaler is None else scaler.state_dict(), "epoch": epoch, "extra": extra,
-        "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
-    }
-    tmp = os.fspath(path) + ".tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-''',
+'''
+
+_FIT = '''
+def fit(model, optimizer, loader, loss_fn, epochs, ckpt_path, resume=True):
+    start = 0
+    if resume and os.path.exists(ckpt_path):
+        start = load_checkpoint(ckpt_path, model=model, optimizer=optimizer)["epoch"]
+    dev = next(model.parameters()).device
+    losses = []
+    for epoch in range(start, epochs):
+        model.train()
+        total, count = 0.0, 0
+        for x, y in loader:
+            x, y = x.to(dev), y.to(dev)
+            loss = loss_fn(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            total += loss.item() * len(x)
+            count += len(x)
+        losses.append(total / count)
+        save_checkpoint(ckpt_path, model=model, optimizer=optimizer, epoch=epoch + 1)
+    return losses
+'''
+
+
+WRONG = {
+    "ex1_save_checkpoint": {
+        'not atomic: torch.save straight onto path': _changed(
+            _SAVE,
+            ('    state = {\n', '    torch.save({\n'),
+            ('    }\n    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)))\n    os.close(fd)\n    try:\n        torch.save(state, tmp)\n        os.replace(tmp, path)\n    except BaseException:\n        os.remove(tmp)\n        raise\n', '    }, path)\n')),
+        "the temporary file in the system's temp folder, not beside the target": _changed(
+            _SAVE,
+            ('    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)))\n', '    fd, tmp = tempfile.mkstemp(suffix=".pt")\n')),
+        'the model object pickled instead of its state_dict': _changed(
+            _SAVE,
+            ('        "model": model.state_dict(), "optimizer": optimizer.state_dict(),\n', '        "model": model, "optimizer": optimizer.state_dict(),\n')),
+        'a failed write leaves its temporary file behind': _changed(
+            _SAVE,
+            ('    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)))\n    os.close(fd)\n    try:\n        torch.save(state, tmp)\n        os.replace(tmp, path)\n    except BaseException:\n        os.remove(tmp)\n        raise\n', '    tmp = os.fspath(path) + ".tmp"\n    torch.save(state, tmp)\n    os.replace(tmp, path)\n')),
+        'a failed write is swallowed: the caller never hears of it': _changed(
+            _SAVE,
+            ('    except BaseException:\n', '    except Exception as err:\n'),
+            ('        raise\n', '        print("checkpoint not written:", err)\n')),
+        'no CUDA entry in the RNG states': _changed(
+            _SAVE,
+            ('        "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),\n                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},\n', '        "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},\n')),
     },
     "ex2_load_checkpoint": {
         "weights_only=False: runs whatever the file contains": '''
@@ -128,87 +141,48 @@ def load_checkpoint(path, *, model, optimizer=None, scheduler=None, scaler=None,
     random.setstate(state["rng"]["python"])
     return state
 ''',
+        "the scaler's state is not restored": '''
+def load_checkpoint(path, *, model, optimizer=None, scheduler=None, scaler=None, map_location="cpu"):
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:
+        raise RuntimeError(f"cannot load {path}: {err}") from err
+    model.load_state_dict(state["model"])
+    for obj, key in ((optimizer, "optimizer"), (scheduler, "scheduler")):
+        if obj is not None and state[key] is not None:
+            obj.load_state_dict(state[key])
+    torch.set_rng_state(state["rng"]["torch"].cpu())
+    random.setstate(state["rng"]["python"])
+    return state
+''',
     },
     "ex3_fit": {
-        "the resume forgets the optimizer's state": '''
-def fit(model, optimizer, loader, loss_fn, epochs, ckpt_path, resume=True):
-    start = 0
-    if resume and os.path.exists(ckpt_path):
-        start = load_checkpoint(ckpt_path, model=model)["epoch"]
-    losses = []
-    for epoch in range(start, epochs):
-        model.train()
-        total, count = 0.0, 0
-        for x, y in loader:
-            loss = loss_fn(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            total += loss.item() * len(x)
-            count += len(x)
-        losses.append(total / count)
-        save_checkpoint(ckpt_path, model=model, optimizer=optimizer, epoch=epoch + 1)
-    return losses
-''',
-        "the mean of the batch losses, not the mean per sample": '''
-def fit(model, optimizer, loader, loss_fn, epochs, ckpt_path, resume=True):
-    start = 0
-    if resume and os.path.exists(ckpt_path):
-        start = load_checkpoint(ckpt_path, model=model, optimizer=optimizer)["epoch"]
-    losses = []
-    for epoch in range(start, epochs):
-        model.train()
-        batch_losses = []
-        for x, y in loader:
-            loss = loss_fn(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            batch_losses.append(loss.item())
-        losses.append(sum(batch_losses) / len(batch_losses))
-        save_checkpoint(ckpt_path, model=model, optimizer=optimizer, epoch=epoch + 1)
-    return losses
-''',
-        "epochs counted from the resume: trains `epochs` more instead of up to `epochs`": '''
-def fit(model, optimizer, loader, loss_fn, epochs, ckpt_path, resume=True):
-    start = 0
-    if resume and os.path.exists(ckpt_path):
-        start = load_checkpoint(ckpt_path, model=model, optimizer=optimizer)["epoch"]
-    losses = []
-    for epoch in range(start, start + epochs):
-        model.train()
-        total, count = 0.0, 0
-        for x, y in loader:
-            loss = loss_fn(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            total += loss.item() * len(x)
-            count += len(x)
-        losses.append(total / count)
-        save_checkpoint(ckpt_path, model=model, optimizer=optimizer, epoch=epoch + 1)
-    return losses
-''',
-        "off by one: the resume skips the epoch after the checkpoint": '''
-def fit(model, optimizer, loader, loss_fn, epochs, ckpt_path, resume=True):
-    start = 0
-    if resume and os.path.exists(ckpt_path):
-        start = load_checkpoint(ckpt_path, model=model, optimizer=optimizer)["epoch"] + 1
-    losses = []
-    for epoch in range(start, epochs):
-        model.train()
-        total, count = 0.0, 0
-        for x, y in loader:
-            loss = loss_fn(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            total += loss.item() * len(x)
-            count += len(x)
-        losses.append(total / count)
-        save_checkpoint(ckpt_path, model=model, optimizer=optimizer, epoch=epoch + 1)
-    return losses
-''',
+        "the resume forgets the optimizer's state": _changed(
+            _FIT,
+            ('        start = load_checkpoint(ckpt_path, model=model, optimizer=optimizer)["epoch"]\n', '        start = load_checkpoint(ckpt_path, model=model)["epoch"]\n')),
+        'the mean of the batch losses, not the mean per sample': _changed(
+            _FIT,
+            ('        total, count = 0.0, 0\n', '        batch_losses = []\n'),
+            ('            total += loss.item() * len(x)\n            count += len(x)\n        losses.append(total / count)\n', '            batch_losses.append(loss.item())\n        losses.append(sum(batch_losses) / len(batch_losses))\n')),
+        'epochs counted from the resume: trains `epochs` more instead of up to `epochs`': _changed(
+            _FIT,
+            ('    for epoch in range(start, epochs):\n', '    for epoch in range(start, start + epochs):\n')),
+        'off by one: the resume skips the epoch after the checkpoint': _changed(
+            _FIT,
+            ('        start = load_checkpoint(ckpt_path, model=model, optimizer=optimizer)["epoch"]\n', '        start = load_checkpoint(ckpt_path, model=model, optimizer=optimizer)["epoch"] + 1\n')),
+        'the checkpoint records the 0-based index of the finished epoch (resuming at it + 1)': _changed(
+            _FIT,
+            ('        start = load_checkpoint(ckpt_path, model=model, optimizer=optimizer)["epoch"]\n', '        start = load_checkpoint(ckpt_path, model=model, optimizer=optimizer)["epoch"] + 1\n'),
+            ('        save_checkpoint(ckpt_path, model=model, optimizer=optimizer, epoch=epoch + 1)\n', '        save_checkpoint(ckpt_path, model=model, optimizer=optimizer, epoch=epoch)\n')),
+        'never calls model.train(): a model handed over in eval() mode trains without dropout': _changed(
+            _FIT,
+            ('        model.train()\n', '        pass\n')),
+        "batches are not moved to the model's device": _changed(
+            _FIT,
+            ('            x, y = x.to(dev), y.to(dev)\n', '            pass\n')),
+        'resume=False ignored: an existing checkpoint is always restored': _changed(
+            _FIT,
+            ('    if resume and os.path.exists(ckpt_path):\n', '    if os.path.exists(ckpt_path):\n')),
     },
     "ex4_checkpointed_mlp": {
         "groups of depth // segments: the remainder's blocks are skipped": '''
@@ -334,11 +308,49 @@ def saved_activation_bytes(model, x):
         h.remove()
     return total
 ''',
+        "runs the model twice": '''
+def saved_activation_bytes(model, x):
+    model(x)  # a warm-up run
+    total = 0
+    def pack(t):
+        nonlocal total
+        total += t.numel() * t.element_size()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(x)
+    return total
+''',
+        "leaves its saved_tensors_hooks installed": '''
+def saved_activation_bytes(model, x):
+    total = 0
+    def pack(t):
+        nonlocal total
+        total += t.numel() * t.element_size()
+        return t
+    torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t).__enter__()
+    model(x)
+    return total
+''',
+        "leaves out the views of the weights": '''
+def saved_activation_bytes(model, x):
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    total = 0
+    def pack(t):
+        nonlocal total
+        if t.untyped_storage().data_ptr() not in weights:
+            total += t.numel() * t.element_size()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(x)
+    return total
+''',
     },
 }
 
 NOISY_BUT_RIGHT = {
     "ex1_save_checkpoint": {
+        "prints what it saves to stderr": "\nimport sys\n" + _changed(
+            _SAVE, ('    os.close(fd)\n', '    os.close(fd)\n    print(f"saving epoch {epoch} to {path}", file=sys.stderr)\n')),
         "warns when it overwrites a checkpoint": '''
 def save_checkpoint(path, *, model, optimizer, epoch, scheduler=None, scaler=None, extra=None):
     if os.path.exists(path):
@@ -363,28 +375,41 @@ def save_checkpoint(path, *, model, optimizer, epoch, scheduler=None, scaler=Non
 ''',
     },
     "ex3_fit": {
-        "prints its progress to stderr": '''
+        "prints its progress to stderr": "\nimport sys\n" + _changed(
+            _FIT,
+            ('        start = load_checkpoint(ckpt_path, model=model, optimizer=optimizer)["epoch"]\n',
+             '        start = load_checkpoint(ckpt_path, model=model, optimizer=optimizer)["epoch"]\n'
+             '        print(f"resuming at epoch {start}", file=sys.stderr)\n'),
+            ('        losses.append(total / count)\n',
+             '        losses.append(total / count)\n        print(f"epoch {epoch + 1}: {losses[-1]:.4f}", file=sys.stderr)\n')),
+        "moves only batches not yet on the model's device, sets train() once, logs to stderr": '''
 import sys
 
 def fit(model, optimizer, loader, loss_fn, epochs, ckpt_path, resume=True):
-    start = 0
+    done = 0
     if resume and os.path.exists(ckpt_path):
-        start = load_checkpoint(ckpt_path, model=model, optimizer=optimizer)["epoch"]
-        print(f"resuming at epoch {start}", file=sys.stderr)
+        done = int(load_checkpoint(ckpt_path, model=model, optimizer=optimizer).get("epoch", 0))
+    device = next(model.parameters()).device
+    model.train()
     losses = []
-    for epoch in range(start, epochs):
-        model.train()
-        total, count = 0.0, 0
+    while done < epochs:
+        total = torch.zeros((), dtype=torch.float64)
+        count = 0
         for x, y in loader:
+            if x.device != device:
+                x = x.to(device, non_blocking=True)
+            if y.device != device:
+                y = y.to(device, non_blocking=True)
             loss = loss_fn(model(x), y)
-            optimizer.zero_grad()
+            optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            total += loss.item() * len(x)
-            count += len(x)
-        losses.append(total / count)
-        print(f"epoch {epoch + 1}: {losses[-1]:.4f}", file=sys.stderr)
-        save_checkpoint(ckpt_path, model=model, optimizer=optimizer, epoch=epoch + 1)
+            total += loss.detach().double().cpu() * x.shape[0]
+            count += x.shape[0]
+        done += 1
+        losses.append(float(total / count))
+        print(f"epoch {done}/{epochs}: {losses[-1]:.4f}", file=sys.stderr)
+        save_checkpoint(ckpt_path, model=model, optimizer=optimizer, epoch=done)
     return losses
 ''',
     },
