@@ -22,7 +22,7 @@ from course import BIN, ROOT, answer_ids, assignments, graded_cells_of, read, re
 from torchcourse.check import grading
 
 # One xdist worker runs all of these, so that they share one server and one browser.
-pytestmark = pytest.mark.xdist_group("browser")
+pytestmark = [pytest.mark.xdist_group("browser"), pytest.mark.browser]
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's; `playwright install` would download another one
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",

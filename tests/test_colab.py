@@ -108,6 +108,7 @@ print(json.dumps({"prefix": sys.prefix, "torchcourse": torchcourse.__file__,
 """
 
 
+@pytest.mark.slow  # a fresh venv and pip installs
 def test_colab_branch_installs_the_course_then_a_notebook_runs(tmp_path):
     pins = dict(line.split("#")[0].strip().split("==") for line in (ROOT / "requirements.txt").read_text().splitlines()
                 if line.split("#")[0].strip())

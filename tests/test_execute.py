@@ -5,6 +5,7 @@ import pytest
 from course import assignments, execute, source_path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("assignment", assignments())
 def test_solution_runs_without_errors_or_stderr(assignment):
     nb, _ = execute(source_path(assignment))

@@ -13,7 +13,7 @@ from handins import (ASSIGNMENT, CHILDREN, FIRST, MEMORY_HOG, NOISY, NOTEBOOK, O
                      colab, exercise_points, grade, handin, hidden_lines, html_text, leaked, release, replace_cell,
                      right, right_answers, rows_of, scratch_course, without_cells, write, write_folder, write_zip)
 
-pytestmark = [pytest.mark.xdist_group("grader-batch"), pytest.mark.sandbox]  # one worker grades the class once; the tests read its results
+pytestmark = [pytest.mark.xdist_group("grader-batch"), pytest.mark.sandbox, pytest.mark.slow]  # one worker grades the class once; the tests read its results
 WRONG_MEAN = "def mean(xs):\n    return sum(xs) / (len(xs) + 1)"
 FIRST_TESTS = [f"{FIRST}_tests", f"{FIRST}_hidden"]
 

@@ -25,7 +25,7 @@ from course import ROOT, nbgrader
 from handins import (ASSIGNMENT, FIRST, NOTEBOOK, SECOND, exercise_points, grade, handin, hidden_lines, html_text,
                      leaked, private_env, release, right, right_answers, rows_of, scratch_course, write, write_folder)
 
-pytestmark = [pytest.mark.xdist_group("grader-integrity"), pytest.mark.sandbox]
+pytestmark = [pytest.mark.xdist_group("grader-integrity"), pytest.mark.sandbox, pytest.mark.slow]
 SECRET = "an-instructors-token-7f3a9c"  # in the grader's environment: no kernel may see it
 BOTH = {FIRST, SECOND}
 

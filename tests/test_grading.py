@@ -10,7 +10,7 @@ from course import (ROOT, answer_ids, assignments, exercises_only, grading, nbgr
                     solution_answers, source_path, graded_cells_of, with_answers, wrong_answers)
 
 
-pytestmark = pytest.mark.sandbox
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 KINDS = {"WRONG": "wrong", "NOISY_BUT_RIGHT": "noisy"}
 
 
