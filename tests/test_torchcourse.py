@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader
 
 from torchcourse.plots import plot_storage, storage_positions
 from torchcourse.seed import WorkerDraws, seed_everything, seed_worker
+from torchcourse.testing import refused
 from torchcourse.timing import time_it
 from torchcourse.widgets import describe, stride_explorer
 
@@ -94,3 +95,11 @@ def test_time_it_synchronizes_the_device_around_the_clock(monkeypatch):
     assert time_it(lambda: time.sleep(0.01), "cpu", warmup=0, repeat=3) >= 0.009
     durations = iter([0.05, 0.0, 0.0])
     assert time_it(lambda: time.sleep(next(durations)), "cpu", warmup=0, repeat=3, reduce=min) < 0.04
+
+
+def test_refused_raises_inside_the_block_and_restores_own_and_inherited_attributes():
+    own, inherited = torch.autograd.grad, torch.Tensor.unfold
+    with pytest.raises(AssertionError, match="not here"):
+        with refused("not here", (torch.autograd, "grad"), (torch.Tensor, "unfold")):
+            torch.arange(4.0).unfold(0, 2, 1)
+    assert torch.autograd.grad is own and torch.Tensor.unfold is inherited and "unfold" not in vars(torch.Tensor)
