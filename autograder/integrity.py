@@ -161,6 +161,8 @@ for name in NAMES if NAMES is not None else [n for n in vars(builtins) if not n.
 for chain in CHAINS:
     root, *rest = chain.split(".")
     holder = namespace.get(root, MISSING)
+    if holder is MISSING:  # a chain a test imports from (`from a.b import c`) starts at the imported module
+        holder = sys.modules.get(root, MISSING)
     for k, part in enumerate(rest, 2):
         if not (isinstance(holder, types.ModuleType) or isinstance(holder, type) and not own(holder)):
             break
@@ -195,7 +197,7 @@ def probes_for(sources: list[str]) -> list[str]:
 
 
 def names_used(source: str) -> tuple[list[str], list[str]]:
-    """Global names a test cell reads, and the attribute chains it reads from them (`torch.testing.assert_close`)."""
+    """Global names a test cell reads, and the attribute chains it reads from them or imports (`torch.testing.assert_close`)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -209,6 +211,8 @@ def names_used(source: str) -> tuple[list[str], list[str]]:
             node = node.value
         if parts and isinstance(node, ast.Name):
             chains.add(".".join([node.id, *reversed(parts)]))
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:  # `from torchcourse.testing import refused`
+            chains |= {f"{node.module}.{alias.name}" for alias in node.names if alias.name != "*"}
     return names, sorted(c for c in chains if not any(other.startswith(c + ".") for other in chains))  # the longest
 
 

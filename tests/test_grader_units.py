@@ -140,6 +140,7 @@ def test_a_test_cell_is_read_for_its_names_and_attribute_chains():
     names, chains = integrity.names_used("assert torch.testing.assert_close(F.gelu(x), y) is None and abs(z) < 1")
     assert names == ["F", "abs", "torch", "x", "y", "z"] and chains == ["F.gelu", "torch.testing.assert_close"]
     assert integrity.prefixes(chains) == {"F.gelu", "torch.testing", "torch.testing.assert_close"}
+    assert integrity.names_used("from torchcourse.testing import refused\nfrom . import x")[1] == ["torchcourse.testing.refused"]
 
 
 def test_what_changed_names_only_what_the_grader_knows():
@@ -186,6 +187,10 @@ def test_every_probe_sees_its_function_faked_in_a_real_kernel():
         assert problem is None and sorted(report["faked"]) == sorted(library), (problem, report and report["faked"])
         canary = integrity.Canary([], [], integrity.probes_for(["assert np.array_equal(f(1), 2)"]))
         assert canary.read(*ask(canary.code))[0]["faked"] == ["numpy.array_equal"]
+        # a function a test imports (`from email.utils import quote`), replaced through a module the notebook named otherwise
+        assert ask("import email.utils as eu\neu.quote = lambda s: s")[0]["status"] == "ok"
+        canary = integrity.Canary([], integrity.names_used("from email.utils import quote")[1], [])
+        assert canary.read(*ask(canary.code))[0]["faked"] == ["replaced:email.utils.quote"]
     finally:
         manager.shutdown_kernel(now=True)
 
