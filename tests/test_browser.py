@@ -30,10 +30,12 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
 SHOTS = ROOT / "tests" / ".browser-screenshots"  # git-ignored; kept after the run to be looked at
 VIEWPORT = {"width": 1280, "height": 900}
 RUN_TIMEOUT_MS = 240_000  # a notebook takes 5-20 s alone; generous for a loaded machine, but finite
-# Our lab settings: no news pop-up over the page, and no autosave, which would write outputs into solutions/.
+# Our lab settings: no news pop-up over the page, no autosave, which would write outputs into solutions/, and every
+# cell in the page (the default windowing attaches far-off cells late: a long notebook showed 54 of its 65 cells).
 LAB_SETTINGS = {
     "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
     "@jupyterlab/docmanager-extension/plugin": {"autosave": False},
+    "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
 }
 Lab = namedtuple("Lab", "url token")
 
@@ -168,13 +170,16 @@ def lab(tmp_path_factory):
 
 @contextmanager
 def notebook_page(browser, lab: Lab, path: Path):
-    """A fresh tab with the notebook at `path` open and its kernel idle; the kernel is shut down afterwards."""
+    """A fresh tab with the notebook at `path` open, all its cells in the page and its kernel idle; the kernel is shut
+    down afterwards."""
     relative = path.relative_to(ROOT).as_posix()
+    count = len(read(path).cells)
     page = browser.new_page(viewport=VIEWPORT)
     page.set_default_timeout(60_000)
     try:
         page.goto(f"{lab.url}/lab/tree/{relative}?reset&token={lab.token}")  # reset: no tabs from an earlier page
         page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]')
+        page.wait_for_function(f"() => document.querySelectorAll('.jp-NotebookPanel .jp-Cell').length === {count}")
         yield page
     finally:
         page.close()
