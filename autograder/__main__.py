@@ -1,11 +1,12 @@
-"""python -m autograder grade ASSIGNMENT SUBMISSIONS [--jobs N] [--out DIR] [--force] [--timeout S] [--memory GiB] ..."""
+"""python -m autograder grade ASSIGNMENT SUBMISSIONS [--jobs N] [--out DIR] [--shard K/N] [--scheduler ADDRESS] ...
+python -m autograder merge OUT_1 OUT_2 ... [--out DIR]"""
 
 import argparse
 import os
 import sys
 from pathlib import Path
 
-from .batch import BatchFailed, Options, grade
+from .batch import BatchFailed, Options, grade, merge
 
 
 def settings(args) -> dict:
@@ -18,6 +19,17 @@ def settings(args) -> dict:
         if given is not None:
             found.setdefault(section, {})[name] = given
     return found
+
+
+def shard(text: str) -> tuple[int, int]:
+    """'K/N', with 1 <= K <= N."""
+    try:
+        k, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not K/N (e.g. 2/8)") from None
+    if not 1 <= k <= n:
+        raise argparse.ArgumentTypeError(f"{text!r}: K must be 1 to N")
+    return k, n
 
 
 def main() -> None:
@@ -40,13 +52,29 @@ def main() -> None:
     g.add_argument("--timeout", type=int, help="seconds a cell may run (Execute.timeout)")
     g.add_argument("--memory", type=float, help="GiB of memory a kernel may use (SandboxedKernelManager.memory_gib)")
     g.add_argument("--processes", type=int, help="processes and threads a kernel may run at once")
+    g.add_argument("--shard", type=shard, metavar="K/N",
+                   help="grade only the K-th of N fixed parts of the class (by student id), for job arrays; "
+                        "then `merge` the N output folders")
+    g.add_argument("--scheduler", metavar="ADDRESS",
+                   help="send each submission to the workers of this dask.distributed scheduler (tcp://host:8786)")
     g.add_argument("--unfenced", action="store_true",
                    help="grade without the sandbox where bubblewrap cannot run: student code then runs with your "
                         "permissions, and can read the answers and change other students' grades")
+    m = commands.add_parser("merge", help="merge the output folders of a sharded grading",
+                            description="Merge the output folders of `grade --shard K/N` runs into one grades.csv, "
+                                        "feedback folder and gradebook entry, as one run would have made them.")
+    m.add_argument("folders", type=Path, nargs="+",
+                   help="the shards' output folders, or one folder holding them")
+    m.add_argument("--out", type=Path, help="where the merged grades.csv and feedback/ go "
+                                            "(default autograder/grades/ASSIGNMENT)")
+    m.add_argument("--course", type=Path, default=Path.cwd(), help="the course folder (default: here)")
     args = parser.parse_args()
+    if args.command == "merge":
+        merge(args.folders, args.out, args.course.resolve(), {})
+        return
     try:
         grade(Options(args.assignment, args.submissions, max(1, args.jobs), args.out, args.force, args.pattern,
-                      args.course.resolve(), settings(args)))
+                      args.course.resolve(), settings(args), args.shard, args.scheduler))
     except BatchFailed as error:
         print(f"\ngrading stopped: {error}.\nThe rows graded before that are in grades.csv; run the same command "
               "again to grade the rest.", file=sys.stderr)

@@ -14,6 +14,7 @@ import warnings
 from collections import Counter, deque
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 import nbformat
@@ -29,6 +30,8 @@ from .kernel import SandboxUnavailable, require_sandbox
 from .notebook import nbgrader_ids
 from .results import NEEDS_REVIEW, STATUSES, read_result, write_result, write_table
 
+OUTPUTS = ("results", "feedback", "autograded", "logs", "submitted")  # a batch's output folders, one file per student
+
 
 @dataclass
 class Options:
@@ -40,6 +43,8 @@ class Options:
     pattern: str | None
     course: Path
     settings: dict = field(default_factory=dict)  # nbgrader settings from the command line, {"Section": {...}}
+    shard: tuple[int, int] | None = None  # (K, N): grade the K-th of N fixed parts of the class (1 <= K <= N)
+    scheduler: str | None = None  # a dask.distributed scheduler's address: its workers grade the hand-ins
 
 
 class BatchFailed(Exception):
@@ -201,8 +206,7 @@ def run_jobs(todo: list[grade_one.Job], jobs: int, deadline: float, progress: Pr
         raise BatchFailed(f"{failed[0]}" + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""))
 
 
-def record_in_gradebook(cd: CourseDirectory, assignment: str, notebook: str, results: list[dict], out: Path,
-                        submitted: dict[str, Path]) -> None:
+def record_in_gradebook(cd: CourseDirectory, assignment: str, notebook: str, results: list[dict], out: Path) -> None:
     """Put every row into the course's gradebook and folders, so that formgrader and `nbgrader export` see them.
 
     A submission that could not be graded normally is marked as needing manual grading, so formgrader flags it.
@@ -223,12 +227,17 @@ def record_in_gradebook(cd: CourseDirectory, assignment: str, notebook: str, res
             for comment in nb.comments:
                 comment.auto_comment = r["comments"].get(comment.name)
             gb.db.commit()
-            for folder, source in ((cd.submitted_directory, submitted.get(sid)),
+            for folder, source in ((cd.submitted_directory, out / "submitted" / f"{sid}.ipynb"),
                                    (cd.autograded_directory, out / "autograded" / f"{sid}.ipynb")):
-                if source and source.exists():
+                if source.exists():
                     target = root / folder / sid / assignment / notebook
                     target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy(source, target)
+
+
+def shard_of(student_id: str, count: int) -> int:
+    """Which of `count` parts of a class a student is in (1 to count): fixed by the id alone, on any machine."""
+    return int.from_bytes(hashlib.sha256(student_id.encode()).digest()[:8], "big") % count + 1
 
 
 def plan(found, options: Options, make_job, out: Path) -> tuple[dict, list]:
@@ -238,6 +247,7 @@ def plan(found, options: Options, make_job, out: Path) -> tuple[dict, list]:
         job = make_job(s)
         if s.path is None:
             results[s.student_id] = asdict(grade_one.not_graded(job, "missing", s.message))
+            write_result(out / "results" / f"{s.student_id}.json", results[s.student_id])  # for a merge
             continue
         previous = out / "results" / f"{s.student_id}.json"
         old = None if options.force else read_result(previous)
@@ -245,6 +255,7 @@ def plan(found, options: Options, make_job, out: Path) -> tuple[dict, list]:
             results[s.student_id] = old  # graded by an earlier run, from the same file: kept
             continue
         previous.unlink(missing_ok=True)
+        shutil.copy(s.path, out / "submitted" / f"{s.student_id}.ipynb")  # what the gradebook's record will hold
         todo.append(job)
     return results, todo
 
@@ -265,17 +276,22 @@ def grade(options: Options) -> list[dict]:
     out = (options.out or options.course / "autograder" / "grades" / assignment).resolve()
     with exclusive(out / ".lock", f"another grading is writing into {out}: wait for it to finish, or pass --out"):
         rows = grade_class(options, config, config_file, cd, assignment, source, out)
-    summarise(rows, out, time.perf_counter() - wall, config)
+    summarise(rows, out, time.perf_counter() - wall, config, options.shard)
     return rows
 
 
+def points_of(source: Path) -> dict[str, float]:
+    """grade_id -> points of every graded cell of the source notebook, in order: grades.csv's last columns."""
+    return {c.metadata.nbgrader["grade_id"]: float(c.metadata.nbgrader.get("points", 0))
+            for c in nbformat.read(source, as_version=4).cells if c.metadata.get("nbgrader", {}).get("grade")}
+
+
 def grade_class(options, config, config_file, cd, assignment, source, out) -> list[dict]:
-    for folder in ("results", "feedback", "autograded", "logs"):
+    for folder in OUTPUTS:
         (out / folder).mkdir(parents=True, exist_ok=True)
     others = {p.parent.name: nbgrader_ids(nbformat.read(p, as_version=4))
               for p in (Path(cd.root) / cd.source_directory).glob("*/*.ipynb") if p.parent.name != assignment}
-    points = {c.metadata.nbgrader["grade_id"]: float(c.metadata.nbgrader.get("points", 0))
-              for c in nbformat.read(source, as_version=4).cells if c.metadata.get("nbgrader", {}).get("grade")}
+    points = points_of(source)
     scratch = Path(tempfile.mkdtemp(prefix="autograder-batch-"))  # this batch's alone (mode 0700); no kernel sees it
     try:
         template = scratch / "template"
@@ -285,6 +301,8 @@ def grade_class(options, config, config_file, cd, assignment, source, out) -> li
                      template / "release")
         with step(f"reading the submissions in {options.submissions}"):
             found = collect(options.submissions.resolve(), source.name, options.pattern, scratch / "unzipped")
+            if options.shard:
+                found = [s for s in found if shard_of(s.student_id, options.shard[1]) == options.shard[0]]
 
         def make_job(s):
             return grade_one.Job(s.student_id, assignment, source.name, str(s.path or ""), str(template),
@@ -292,27 +310,95 @@ def grade_class(options, config, config_file, cd, assignment, source, out) -> li
                                  options.settings, points, others, s.message)
 
         results, todo = plan(found, options, make_job, out)
-        print(f"{assignment}: {len(found)} students, {len(todo)} to grade ({len(found) - len(todo)} done before or "
-              f"with no notebook), {options.jobs} at a time", file=sys.stderr)
+        part = f" (shard {options.shard[0]} of {options.shard[1]})" if options.shard else ""
+        where = f"on the workers of {options.scheduler}" if options.scheduler else f"{options.jobs} at a time"
+        print(f"{assignment}{part}: {len(found)} students, {len(todo)} to grade ({len(found) - len(todo)} done before "
+              f"or with no notebook), {where}", file=sys.stderr)
         timeout = config.Execute.get("timeout", 30)
+        if options.scheduler:  # Dask is imported only here: without --scheduler the grader never needs it
+            from .distributed import run_on_dask
+            runner = partial(run_on_dask, options.scheduler)
+        else:
+            runner = run_jobs
+            grade_one.warm_up(config)  # inherited by every grading forked from here
         try:
-            run_jobs(todo, options.jobs, deadline=10 * timeout + 120, progress=Progress(max(1, len(todo))))
+            runner(todo, options.jobs, deadline=10 * timeout + 120, progress=Progress(max(1, len(todo))))
         finally:  # whatever happened, every row graded so far goes into the table
             results |= {job.student_id: r for job in todo
                         if (r := read_result(out / "results" / f"{job.student_id}.json")) is not None}
             rows = [results[sid] for sid in sorted(results)]
             write_table(out / "grades.csv", rows, list(points))
-        with step("recording the grades in the course's gradebook"), \
-                exclusive(Path(cd.root) / ".autograder-gradebook.lock"):  # one batch at a time writes it
-            in_child(generate_assignment, config, assignment, None, cd.db_url, scratch / "course-release")
-            in_child(record_in_gradebook, cd, assignment, source.name, rows, out,
-                     {s.student_id: s.path for s in found if s.path})
+        if not options.shard:  # a shard's rows go into the gradebook with the others', by `merge`
+            record(cd, config, assignment, source.name, rows, out, scratch)
         return rows
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def summarise(rows: list[dict], out: Path, seconds: float, config: Config) -> None:
+def record(cd, config, assignment: str, notebook: str, rows: list[dict], out: Path, scratch: Path) -> None:
+    """The rows into the course's gradebook and folders; nbgrader's generate_assignment first, as formgrader needs."""
+    with step("recording the grades in the course's gradebook"), \
+            exclusive(Path(cd.root) / ".autograder-gradebook.lock"):  # one batch at a time writes it
+        in_child(generate_assignment, config, assignment, None, cd.db_url, scratch / "course-release")
+        in_child(record_in_gradebook, cd, assignment, notebook, rows, out)
+
+
+def shard_outputs(folders: list[Path]) -> list[Path]:
+    """The shards' output folders: each given folder that holds results/, or else its sub-folders that do."""
+    found = []
+    for folder in folders:
+        inside = [folder] if (folder / "results").is_dir() else sorted(p for p in folder.iterdir()
+                                                                       if (p / "results").is_dir())
+        if not inside:
+            raise SystemExit(f"{folder} holds no grading output (no results/ folder in it or in its sub-folders)")
+        found += inside
+    return found
+
+
+def merge(folders: list[Path], out: Path | None, course: Path, settings: dict) -> list[dict]:
+    """The shards' outputs into one grades.csv, feedback folder and gradebook entry, as one run would have made."""
+    wall = time.perf_counter()
+    os.chdir(course)
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"  # nbgrader: alembic
+    config, _ = course_config(course, settings)
+    cd = CourseDirectory(config=config)
+    shards = [f.resolve() for f in shard_outputs(folders)]
+    results, origin = {}, {}
+    for shard in shards:
+        for path in sorted((shard / "results").glob("*.json")):
+            r = read_result(path)
+            if r is None:
+                raise SystemExit(f"{path} is not a grading result: grade that shard again")
+            if r["student_id"] in origin:
+                raise SystemExit(f"{r['student_id']} was graded in {origin[r['student_id']]} and in {shard}: "
+                                 "were the shards made with the same N?")
+            results[r["student_id"]], origin[r["student_id"]] = r, shard
+    names = {r["assignment"] for r in results.values()}
+    if len(names) != 1:
+        raise SystemExit(f"the shards hold {' and '.join(sorted(names)) or 'no results'}: merge one assignment's")
+    assignment, source = resolve(cd, names.pop())
+    out = (out or course / "autograder" / "grades" / assignment).resolve()
+    with exclusive(out / ".lock", f"another grading is writing into {out}: wait for it to finish, or pass --out"):
+        for folder in OUTPUTS:
+            (out / folder).mkdir(parents=True, exist_ok=True)
+        for sid, shard in origin.items():
+            if shard == out:
+                continue
+            for folder, name in zip(OUTPUTS, (f"{sid}.json", f"{sid}.html", f"{sid}.ipynb", f"{sid}.log", f"{sid}.ipynb")):
+                if (shard / folder / name).exists():
+                    shutil.copy(shard / folder / name, out / folder / name)
+        rows = [results[sid] for sid in sorted(results)]
+        write_table(out / "grades.csv", rows, list(points_of(source)))
+        scratch = Path(tempfile.mkdtemp(prefix="autograder-merge-"))
+        try:
+            record(cd, config, assignment, source.name, rows, out, scratch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    summarise(rows, out, time.perf_counter() - wall, config)
+    return rows
+
+
+def summarise(rows: list[dict], out: Path, seconds: float, config: Config, shard: tuple[int, int] | None = None) -> None:
     counts = Counter(r["status"] for r in rows)
     graded = [r["score"] / r["max_score"] for r in rows if r["status"] == "graded" and r["max_score"]]
     mean = f"{100 * sum(graded) / len(graded):.0f}%" if graded else "-"
@@ -320,6 +406,10 @@ def summarise(rows: list[dict], out: Path, seconds: float, config: Config) -> No
           f"; mean score of the graded {mean}; {seconds:.0f} s in all", file=sys.stderr)
     if config.SandboxedKernelManager.get("unfenced", False):
         print("UNFENCED: student code ran without the sandbox, with your permissions (--unfenced)", file=sys.stderr)
-    print(f"grades: {out / 'grades.csv'}\nfeedback: {out / 'feedback'}/<student>.html\n"
-          f"recorded in the course's gradebook ({config.CourseDirectory.get('db_url', 'nbgrader default')})",
-          file=sys.stderr)
+    print(f"grades: {out / 'grades.csv'}\nfeedback: {out / 'feedback'}/<student>.html", file=sys.stderr)
+    if shard:
+        print(f"shard {shard[0]} of {shard[1]}: not yet in the gradebook; once every shard is done, "
+              "`python -m autograder merge` their output folders", file=sys.stderr)
+    else:
+        print(f"recorded in the course's gradebook ({config.CourseDirectory.get('db_url', 'nbgrader default')})",
+              file=sys.stderr)

@@ -16,6 +16,7 @@ from .integrity import SETUP, Canary, isolated, names_used, probes_for, what_cha
 from .kernel import SandboxedKernelManager
 
 FINDINGS = "autograder"  # the notebook metadata key under which a run's findings reach nbgrader's later steps
+NOT_RUN = "(not run in grading: a lesson cell as it was released, which the exercises do not need)\n"
 
 
 def error_output(ename: str, evalue: str) -> NotebookNode:
@@ -42,6 +43,7 @@ class GuardedExecute(Execute):
         kw.setdefault("kernel_manager_class", SandboxedKernelManager)
         super().__init__(shutdown_kernel="immediate", **kw)
         self.skip: dict[int, str] = {}  # cell index -> why it is not run (set by the grader before a second attempt)
+        self.lessons_skipped: set[str] = set()  # ids of lesson cells the grading does not need (lessons.py)
         self.reset()
 
     def reset(self) -> None:
@@ -83,6 +85,9 @@ class GuardedExecute(Execute):
             await self._start_checks()
         if cell_index in self.skip:
             self.grader_says(cell, "GradingStopped", self.skip[cell_index])
+            return cell
+        if cell.id in self.lessons_skipped:
+            cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=NOT_RUN)]
             return cell
         if self.tampered:
             if is_test(cell):

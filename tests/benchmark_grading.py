@@ -2,18 +2,22 @@
 
     make bench-grade        (JOBS=N to change the parallel jobs; default: the number of cores)
 
-Prints the wall times, their ratio, the per-submission overhead beyond running the notebook, and checks that
-both give every submission the same score.
+Prints, from one run: the wall times and their ratio, the per-submission cost split into running cells and
+overhead, the same class sent to a Dask scheduler with one local worker against the local run, and a projection
+for a term (1000 students, 7 notebooks) from one graded solution of each notebook. Fails when the scores of plain
+nbgrader and of this grader differ.
 """
 
 import csv
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from nbgrader.api import Gradebook
@@ -21,7 +25,7 @@ from nbgrader.api import Gradebook
 sys.path.insert(0, str(Path(__file__).parent))
 from classroom import course_class  # noqa: E402
 from handins import write_folder  # noqa: E402
-from course import ROOT, nbgrader, scratch_course, source_path  # noqa: E402
+from course import ROOT, assignments, nbgrader, scratch_course, source_path  # noqa: E402
 
 ASSIGNMENTS = ("02_autograd", "03_modules")
 TIMEOUT = "20"
@@ -70,11 +74,11 @@ def plain_nbgrader(course: Path, classes: dict[str, Path]) -> tuple[float, dict]
     return seconds, scores
 
 
-def ours(course: Path, classes: dict[str, Path], jobs: int) -> tuple[float, dict, list[dict]]:
+def ours(course: Path, classes: dict[str, Path], jobs: int, *args: str) -> tuple[float, dict, list[dict]]:
     start = time.perf_counter()
     for assignment, folder in classes.items():
         subprocess.run([sys.executable, "-m", "autograder", "grade", assignment, str(folder), "--jobs", str(jobs),
-                        "--timeout", TIMEOUT, "--course", str(course)], cwd=ROOT, check=True, capture_output=True)
+                        "--timeout", TIMEOUT, "--course", str(course), *args], cwd=ROOT, check=True, capture_output=True)
     seconds = time.perf_counter() - start
     scores, results = {}, []
     for assignment in classes:
@@ -83,6 +87,46 @@ def ours(course: Path, classes: dict[str, Path], jobs: int) -> tuple[float, dict
             scores[(assignment, row["student_id"])] = float(row["score"]) if row["status"] != "invalid" else None
         results += [json.loads(p.read_text()) for p in (out / "results").glob("*.json")]
     return seconds, scores, results
+
+
+@contextmanager
+def dask_cluster(folder: Path, threads: int):
+    """A dask.distributed scheduler and one worker with `threads` threads on the loopback address: its address."""
+    folder.mkdir(parents=True)
+    file = folder / "scheduler.json"
+    dask = [str(Path(sys.executable).parent / "dask")]
+    quiet = dict(cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    scheduler = subprocess.Popen(dask + ["scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                                         "--scheduler-file", str(file)], **quiet)
+    worker = subprocess.Popen(dask + ["worker", "--scheduler-file", str(file), "--nthreads", str(threads),
+                                      "--no-dashboard", "--no-nanny"], **quiet)
+    try:
+        from distributed import Client
+        while not file.exists():
+            time.sleep(0.2)
+        address = json.loads(file.read_text())["address"]
+        with Client(address, timeout=60) as client:
+            client.wait_for_workers(1, timeout=120)
+        yield address
+    finally:
+        for process in (worker, scheduler):
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait()
+
+
+def projection(folder: Path, jobs: int) -> list[tuple[str, float, float]]:
+    """(assignment, seconds, cells' seconds) of grading a right hand-in of each notebook, `jobs` copies at once (so
+    that each grading has one core, as in a class): the core-seconds one hand-in costs."""
+    found = []
+    course = scratch_course(folder / "course", ROOT / "solutions")
+    for assignment in assignments():
+        hand_in = folder / assignment
+        right = course_class(assignment)["right"]
+        write_folder(hand_in, {f"right{k}": right for k in range(jobs)}, source_path(assignment).name)
+        _, _, results = ours(course, {assignment: hand_in}, jobs)
+        found.append((assignment, sum(r["seconds"] for r in results) / len(results),
+                      sum(r["execute_seconds"] for r in results) / len(results)))
+    return found
 
 
 def main() -> None:
@@ -100,6 +144,10 @@ def main() -> None:
               f"each); {os.cpu_count()} cores, {jobs} jobs")
         base_s, base = plain_nbgrader(stock_nbgrader(scratch_course(tmp / "plain", ROOT / "solutions", ASSIGNMENTS)), classes)
         our_s, our, results = ours(scratch_course(tmp / "ours", ROOT / "solutions", ASSIGNMENTS), classes, jobs)
+        with dask_cluster(tmp / "dask", jobs) as address:
+            dask_s, on_dask, _ = ours(scratch_course(tmp / "on-dask", ROOT / "solutions", ASSIGNMENTS), classes, jobs,
+                                      "--scheduler", address)
+        term = projection(tmp / "projection", jobs)
     differ = {k: (base.get(k), our.get(k)) for k in our if base.get(k) != our.get(k)}
     executed = [r for r in results if r["execute_seconds"]]
     overhead = sum(r["seconds"] - r["execute_seconds"] for r in executed) / max(1, len(executed))
@@ -107,11 +155,22 @@ def main() -> None:
     checks = sum(r.get("check_seconds", 0) for r in executed) / max(1, len(executed))
     print(f"plain nbgrader, sequential (autograde + generate_feedback): {base_s:6.1f} s  ({base_s / n:.2f} s per submission)")
     print(f"python -m autograder grade --jobs {jobs}:                    {our_s:6.1f} s  ({our_s / n:.2f} s per submission)")
-    print(f"ratio of wall times: {base_s / our_s:.2f}x")
+    print(f"ratio vs plain nbgrader: {base_s / our_s:.2f}")
     print(f"per submission, in a grading process: {run:.2f} s running cells, {overhead:.2f} s beyond that "
-          f"({checks:.2f} s of integrity checks; kernel start and stop, nbgrader's steps, feedback)")
-    print("scores: " + ("all agree" if not differ else f"{len(differ)} differ (plain nbgrader, ours): {differ}"))
-    if differ:
+          f"({100 * overhead / run:.0f}% of the cells' time; of it {checks:.2f} s of integrity checks, the rest kernel "
+          f"start and stop, nbgrader's steps, feedback)")
+    print(f"the same class on a Dask scheduler, one local worker with {jobs} threads: {dask_s:6.1f} s; "
+          f"ratio to the local run: {our_s / dask_s:.2f}")
+    core_seconds = sum(seconds for _, seconds, _ in term)
+    print(f"a right hand-in of each notebook, {jobs} graded at once: " +
+          ", ".join(f"{a.split('_')[0]} {s:.1f} s ({c:.1f} s cells)" for a, s, c in term))
+    print(f"projection, 1000 students x {len(term)} notebooks on 16 cores (one grading per core, this machine's "
+          f"per-core speed): {1000 * core_seconds / 16 / 60:.0f} min; on this machine's {os.cpu_count()} cores: "
+          f"{1000 * core_seconds / (os.cpu_count() or 1) / 3600:.1f} h")
+    wrong = {k: (our.get(k), on_dask.get(k)) for k in our if our.get(k) != on_dask.get(k)}
+    print("scores: " + ("all agree" if not differ else f"{len(differ)} differ (plain nbgrader, ours): {differ}") +
+          ("; Dask agrees" if not wrong else f"; {len(wrong)} differ on Dask (local, Dask): {wrong}"))
+    if differ or wrong:
         raise SystemExit(1)
 
 

@@ -7,7 +7,8 @@ from handins import replace_cell
 
 
 def course_class(assignment: str) -> dict[str, str]:
-    """student kind -> notebook text, for one assignment of the course: its whole lesson runs in each."""
+    """student kind -> notebook text, for one assignment of the course, its whole lesson in each (plain nbgrader runs
+    all of it; this grader skips the cells tagged skip-in-grading)."""
     release = read(release_path(assignment))
     right = solution_answers(assignment)
     first, second = answer_ids(release)[:2]

@@ -82,20 +82,6 @@ def with_answers(nb, answers: dict[str, str]):
     return nb
 
 
-def exercises_only(nb):
-    """The set-up cells (Colab's, then the imports) and everything from the first graded cell on.
-
-    Catalogued answers are graded this way: it skips the lesson (most of the time), and since a wrong answer to one
-    exercise must leave the others their points, it also proves that no exercise depends on the lesson's state.
-    """
-    nb = nbformat.from_dict(nb)
-    first = next(i for i, cell in enumerate(nb.cells) if grading(cell))
-    setup = [cell for cell in nb.cells[:first] if cell.id in SETUP_CELLS]
-    assert [cell.id for cell in setup] == list(SETUP_CELLS), "every notebook opens with these set-up cells"
-    nb.cells = setup + nb.cells[first:]
-    return nb
-
-
 def solution_answers(assignment: str) -> dict[str, str]:
     """The reference answer of every exercise, as a student would type it (markers removed)."""
     answers = {}

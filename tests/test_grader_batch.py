@@ -2,13 +2,16 @@
 
 import csv
 import json
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from nbgrader.api import Gradebook
 
-from course import nbgrader
+from autograder.execute import NOT_RUN
+from course import ROOT, nbgrader, read
 from handins import (ASSIGNMENT, CHILDREN, FIRST, MEMORY_HOG, NOISY, NOTEBOOK, OTHER, SECOND, STUBBORN_LOOP, WIDGETS,
                      colab, exercise_points, grade, handin, hidden_lines, html_text, leaked, release, replace_cell,
                      right, right_answers, rows_of, scratch_course, without_cells, write, write_folder, write_zip)
@@ -16,6 +19,7 @@ from handins import (ASSIGNMENT, CHILDREN, FIRST, MEMORY_HOG, NOISY, NOTEBOOK, O
 pytestmark = [pytest.mark.xdist_group("grader-batch"), pytest.mark.sandbox, pytest.mark.slow]  # one worker grades the class once; the tests read its results
 WRONG_MEAN = "def mean(xs):\n    return sum(xs) / (len(xs) + 1)"
 FIRST_TESTS = [f"{FIRST}_tests", f"{FIRST}_hidden"]
+MEAN_OF_TOTAL = "def mean(xs):\n    return total(xs) / len(xs)"
 
 # student -> (status, the exercises that score 0 (the others must score full marks), words the message must hold)
 EXPECTED = {
@@ -41,6 +45,7 @@ EXPECTED = {
     "widgets": ("graded", set(), ""),
     "colab": ("graded", set(), ""),
     "lesson_edited": ("graded", set(), ""),
+    "lesson_used": ("graded", set(), ""),
     "no_notebook": ("missing", {FIRST, SECOND}, "no notebook"),
 }
 
@@ -72,8 +77,10 @@ def broken_class() -> dict[str, str | None]:
         "widgets": write(right(**{FIRST: WIDGETS + answers[FIRST]})),
         "colab": colab(right()),
         # a helper defined in a lesson cell and used by an answer: lesson cells run in grading too
-        "lesson_edited": write(handin({FIRST: "def mean(xs):\n    return total(xs) / len(xs)", SECOND: answers[SECOND]},
+        "lesson_edited": write(handin({FIRST: MEAN_OF_TOTAL, SECOND: answers[SECOND]},
                                       lesson="def total(xs):\n    return sum(xs)")),
+        # the released lesson cell, tagged skip-in-grading, unchanged; its helper used by an answer: it must run
+        "lesson_used": write(handin({FIRST: MEAN_OF_TOTAL, SECOND: answers[SECOND]})),
         "no_notebook": None,
     }
 
@@ -100,6 +107,19 @@ def test_each_submission_gets_its_row(graded, student):
     for exercise in (FIRST, SECOND):
         got, best = exercise_points(row, exercise)
         assert got == (0 if exercise in zero else best), f"{student}: {exercise} scores {got}/{best} ({row['message']})"
+
+
+def test_a_lesson_cell_is_skipped_only_as_released_and_unused(graded):
+    """The tagged lesson cell: skipped in the right answers' grading, run when edited or when an answer uses it."""
+    out = graded[2]
+
+    def lesson_output(student):
+        (cell,) = [c for c in read(out / "autograded" / f"{student}.ipynb").cells if c.id == "lesson"]
+        return "".join(o.get("text", "") for o in cell.outputs)
+
+    assert lesson_output("right") == NOT_RUN
+    assert "a lesson cell ran: 6" in lesson_output("lesson_used")
+    assert lesson_output("lesson_edited") == ""  # ran: the edited cell prints nothing
 
 
 def test_table_has_the_promised_columns_and_a_summary(graded):
@@ -178,3 +198,30 @@ def test_one_notebook_alone_for_debugging(tmp_path):
     row = rows_of(tmp_path / "out")["alice"]
     assert row["status"] == "graded" and exercise_points(row, FIRST)[0] == 0
     assert (tmp_path / "out" / "logs" / "alice.log").read_text()
+
+
+def test_three_shards_and_a_merge_make_what_one_run_made(graded, tmp_path):
+    """`--shard K/3` on three runs, then `merge`: the table, feedback and gradebook of the one run, for these students."""
+    course, submissions, _, rows, _ = graded
+    some = ["right", "unedited", "wrong", "exits", "truncated", "tests_deleted", "lesson_used", "colab", "no_notebook"]
+    part = tmp_path / "submissions"
+    for student in some:
+        shutil.copytree(submissions / student, part / student)
+    course = scratch_course(tmp_path / "course")
+    shards = [tmp_path / "shards" / f"shard-{k}" for k in (1, 2, 3)]
+    for k, out in enumerate(shards, 1):
+        grade(course, part, "--shard", f"{k}/3", "--out", str(out))
+    sizes = [len(rows_of(out)) for out in shards]
+    assert sum(sizes) == len(some) and max(sizes) < len(some), f"students per shard: {sizes}"
+    assert not (course / "autograder" / "gradebook.db").exists(), "a shard wrote the gradebook before the merge"
+    merged = tmp_path / "merged"
+    result = subprocess.run([sys.executable, "-m", "autograder", "merge", str(tmp_path / "shards"), "--out", str(merged),
+                             "--course", str(course)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    kept = ("score", "max_score", "status", *FIRST_TESTS, f"{SECOND}_tests", f"{SECOND}_hidden")
+    assert {s: {k: r[k] for k in kept} for s, r in rows_of(merged).items()} == \
+        {s: {k: rows[s][k] for k in kept} for s in some}
+    assert {p.stem for p in (merged / "feedback").glob("*.html")} == {s for s in some if rows[s]["status"] not in ("invalid", "missing")}
+    with Gradebook(f"sqlite:///{course}/autograder/gradebook.db") as gb:
+        scores = {s: gb.find_submission_notebook(Path(NOTEBOOK).stem, ASSIGNMENT, s).score for s in some}
+    assert scores == {s: float(rows[s]["score"]) for s in some}

@@ -15,7 +15,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 from traitlets.config import Config
 
-from autograder import batch, feedback, integrity, results
+from autograder import batch, feedback, integrity, lessons, results
 from autograder.kernel import SandboxUnavailable, SandboxedKernelManager, require_sandbox
 from course import ROOT
 from handins import grade, handin, private_env, right, rows_of, scratch_course, write, write_folder
@@ -263,3 +263,30 @@ def test_where_the_sandbox_cannot_start_grading_stops_unless_unfenced(tmp_path):
     out = course / "autograder" / "grades" / "01_basics"
     assert {s: r["score"] for s, r in rows_of(out).items()} == {"right": "6", "unedited": "0"}
     assert all("UNFENCED" in (out / "logs" / f"{s}.log").read_text() for s in ("right", "unedited"))
+
+
+def test_what_a_cell_needs_from_above_and_binds():
+    """lessons.names: reads before a sure binding (loops and branches may not run), magics' code, exec = anything."""
+    reads, bound, binds = lessons.names(
+        "import torch as t\nn += 1\ndef f(x):\n    local = x + y\n    return local\n%timeit f(q)\n"
+        "for i in range(3):\n    k = i\nif c:\n    u = 1\nelse:\n    u = 2\ntry:\n    v = 1\nexcept E as e:\n    print(e)\n"
+        "a = k + u + v")
+    assert reads == {"n", "y", "q", "c", "E", "k", "v", "get_ipython", "timeit"}
+    assert bound == {"t", "n", "f", "u", "a"} and binds == bound | {"i", "k", "v", "e"}
+    assert lessons.names("exec(code)")[0] is None and lessons.names("def broken(:")[0] == frozenset()
+    assert lessons.names("f = globals().get(\"fit\")")[0] == {"fit"} and lessons.names("g = globals()")[0] is None
+
+
+def test_a_tagged_cell_is_skipped_only_as_released_and_unread():
+    """An edited cell runs, and so does every tagged cell whose names a cell that runs reads, however far down."""
+    def cell(source, tag=True, id_=None):
+        return new_code_cell(source, id=id_, metadata={"tags": ["skip-in-grading"]} if tag else {})
+    release = new_notebook(cells=[cell("a = 1", id_="one"), cell("b = a + 1", id_="two"), cell("plot()", id_="three"),
+                                  cell("answer = 0", tag=False, id_="answer")])
+    assert lessons.skippable(release, release) == {"one", "two", "three"}
+    edited = nbformat.from_dict(release)
+    edited.cells[3].source = "answer = b"  # an answer using a lesson's name: `two` runs, so `one` does too
+    assert lessons.skippable(edited, release) == {"three"}
+    edited.cells[2].source = "plot(a)"  # edited: runs, and needs `one`
+    edited.cells[3].source = "answer = 0"
+    assert lessons.skippable(edited, release) == {"two"}

@@ -1,60 +1,79 @@
-"""nbgrader itself grades each notebook: solutions get full marks, unedited notebooks 0, wrong answers lose points."""
+"""The course's bulk grader grades each notebook's class: solutions get full marks, unedited notebooks 0, wrong answers
+lose the points of their exercise only; lesson cells tagged skip-in-grading are skipped, and run once edited."""
 
+import json
 import os
+import subprocess
+import sys
 
 import nbformat
 import pytest
-from nbgrader.api import Gradebook
 
-from course import (ROOT, answer_ids, assignments, exercises_only, grading, nbgrader, read, scratch_course,
-                    solution_answers, source_path, graded_cells_of, with_answers, wrong_answers)
+from course import (ROOT, answer_ids, assignments, grading, read, release_path, scratch_course, solution_answers,
+                    source_path, graded_cells_of, with_answers, wrong_answers)
+from torchcourse.check import SKIP_TAG
 
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 KINDS = {"WRONG": "wrong", "NOISY_BUT_RIGHT": "noisy"}
+HELPER = "\n\n\ndef _from_the_lesson():\n    return 1\n"  # defined in an edited lesson cell, used by an answer
+
+
+def lesson_edited(release, right: dict[str, str]):
+    """The solution with every tagged lesson cell edited (so every cell runs), one of them defining a helper that
+    the first answer calls: edited lesson cells must run, and an answer may use what they define."""
+    nb = with_answers(release, right)
+    first_answer = next(i for i, cell in enumerate(nb.cells) if grading(cell).get("solution"))
+    tagged = [cell for cell in nb.cells[:first_answer] if SKIP_TAG in cell.metadata.get("tags", [])]
+    for cell in tagged:
+        cell.source += "\n# edited by the student"
+    tagged[-1].source += HELPER
+    nb.cells[first_answer].source = "assert _from_the_lesson() == 1\n" + nb.cells[first_answer].source
+    return nb
 
 
 def class_of(assignment: str, release) -> dict:
-    """Every submission graded for one assignment: the solution, the unedited notebook, each catalogued answer."""
+    """Every hand-in graded for one assignment: the solution, the unedited notebook, the solution with its lesson
+    edited, each catalogued answer (in the whole notebook, the others' answers right)."""
     right = solution_answers(assignment)
-    students = {"solution": with_answers(release, right), "unedited": release}
+    students = {"solution": with_answers(release, right), "unedited": release,
+                "lesson-edited": lesson_edited(release, right)}
     for key, kind in KINDS.items():
         for answer_id, variants in wrong_answers(assignment)[key].items():
             for k, code in enumerate(variants.values()):
-                students[f"{kind}-{answer_id}-{k}"] = exercises_only(with_answers(release, {**right, answer_id: code.strip()}))
+                students[f"{kind}-{answer_id}-{k}"] = with_answers(release, {**right, answer_id: code.strip()})
     return students
 
 
 def grade_class(assignment: str, wanted: set[str], workdir) -> tuple[dict, object]:
-    """Release, submit and autograde the wanted students of one assignment in a scratch course, in one nbgrader run."""
-    scratch_course(workdir, ROOT / "solutions", (assignment,))
-    nbgrader("generate_assignment", assignment, "--force", cwd=workdir)
+    """The wanted students of one assignment, graded in one batch by `python -m autograder grade`, as instructors do."""
+    course = scratch_course(workdir / "course", ROOT / "solutions", (assignment,))
     name = source_path(assignment).name
-    students = {s: nb for s, nb in class_of(assignment, read(workdir / "notebooks" / assignment / name)).items() if s in wanted}
-    for student, nb in students.items():
-        target = workdir / "autograder" / "submitted" / student / assignment / name
-        target.parent.mkdir(parents=True)
-        nbformat.write(nb, target)
-    try:
-        nbgrader("autograde", assignment, "--create", cwd=workdir)
-    except RuntimeError as error:
-        # A kernel can lose the race for a free TCP port when many start at once ("Address already in use");
-        # nbgrader then drops that student, and a second run grades just the students it dropped.
-        if "Kernel died before replying" not in str(error):
-            raise
-        nbgrader("autograde", assignment, "--create", cwd=workdir)
-    with Gradebook(f"sqlite:///{workdir}/autograder/gradebook.db") as gradebook:
-        scores = {student: {g.name: (g.score, g.max_score)
-                            for g in gradebook.find_submission_notebook(name.removesuffix(".ipynb"), assignment, student).grades}
-                  for student in students}
-    return scores, lambda student: read(workdir / "autograder" / "autograded" / student / assignment / name)
+    submissions, out = workdir / "submissions", workdir / "out"
+    for student, nb in class_of(assignment, read(release_path(assignment))).items():
+        if student in wanted:
+            (submissions / student).mkdir(parents=True)
+            nbformat.write(nb, submissions / student / name)
+    # One kernel per batch: xdist runs two batches at once, one per core.
+    command = [sys.executable, "-m", "autograder", "grade", assignment, str(submissions), "--jobs", "1",
+               "--course", str(course), "--out", str(out)]
+    env = dict(os.environ, HOME=str(workdir), XDG_CACHE_HOME=str(workdir / "cache"))
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
+    if result.returncode:
+        raise RuntimeError(f"grading {assignment} failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    results = {student: json.loads((out / "results" / f"{student}.json").read_text()) for student in wanted}
+    unsure = {s: f"{r['status']}: {r['message']}" for s, r in results.items() if r["status"] != "graded"}
+    if unsure:
+        raise RuntimeError(f"not graded normally: {unsure}")
+    scores = {s: {gid: (c["score"], c["max_score"]) for gid, c in r["cells"].items()} for s, r in results.items()}
+    return scores, lambda student: read(out / "autograded" / f"{student}.ipynb")
 
 
 @pytest.fixture(scope="session")
 def graded(request, tmp_path_factory):
     """graded(assignment) -> (scores by student and grade_id, autograded notebook by student).
 
-    One nbgrader run per assignment, for just the students that the selected tests look at
+    One batch per assignment, for just the students that the selected tests look at
     (so `-k ex4_sliding_window` grades a handful of notebooks, not the class).
     """
     cache = {}
@@ -114,6 +133,16 @@ def test_unedited_notebook_scores_zero_and_its_lesson_runs(graded, assignment, s
     lesson_errors = [cell.id for cell in autograded(student).cells if cell.cell_type == "code" and not grading(cell)
                      and any(o.output_type == "error" for o in cell.outputs)]
     assert not lesson_errors, f"lesson cells fail while the exercises are unanswered: {lesson_errors}"
+
+
+@pytest.mark.parametrize("assignment, student", by_assignment([(a, "lesson-edited") for a in assignments()]))
+def test_edited_lesson_cells_run_and_an_answer_may_use_them(graded, assignment, student):
+    scores, autograded = graded(assignment)
+    lost = {cell: s for cell, s in scores[student].items() if s[0] != s[1]}
+    assert not lost, f"with its lesson cells edited, the solution loses points in {lost}"
+    lesson_errors = [cell.id for cell in autograded(student).cells if cell.cell_type == "code" and not grading(cell)
+                     and any(o.output_type == "error" for o in cell.outputs)]
+    assert not lesson_errors, f"lesson cells fail when they run in grading: {lesson_errors}"
 
 
 @pytest.mark.parametrize("assignment, answer_id, why, student", catalogue("WRONG"))

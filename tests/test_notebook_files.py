@@ -1,11 +1,15 @@
-"""The committed notebooks are clean sources: no outputs, stable ids, well-formed nbgrader cells."""
+"""The committed notebooks are clean sources: no outputs, stable ids, well-formed nbgrader cells, and lesson cells
+marked skip-in-grading only where grading needs nothing from them."""
 
 import ast
 import re
 
 import pytest
 
-from course import HIDDEN, ROOT, answer_ids, assignments, grading, read, source_path, graded_cells_of, wrong_answers
+from course import (HIDDEN, ROOT, SETUP_CELLS, answer_ids, assignments, grading, read, source_path, graded_cells_of,
+                    wrong_answers)
+from autograder.lessons import names, skippable, tagged
+from torchcourse.check import SKIP_TAG
 
 ALL_NOTEBOOKS = sorted((ROOT / "solutions").rglob("*.ipynb")) + sorted((ROOT / "notebooks").rglob("*.ipynb"))
 
@@ -73,3 +77,31 @@ def test_hidden_checks_say_what_failed(assignment):
                         and not any(k.arg == "msg" for k in node.keywords)):
                     silent.append(f"{cell.id}: {ast.unparse(node)[:80]}")
     assert not silent, f"give these hidden checks a message (msg= for assert_close): {silent}"
+
+
+def skip_marking_problems(nb, assignment: str) -> list[str]:
+    """What is wrong in a notebook's marking of lesson cells with SKIP_TAG ([] if nothing).
+
+    A tagged cell must be a lesson code cell, and the grader must be able to skip it in the solution as handed in
+    (autograder/lessons.py): nothing it defines may be read by a later cell that runs (a test, above all). Side
+    effects (seeds, files, settings) are not seen here: tests/test_grading.py grades every exercise with the tagged
+    cells skipped.
+    """
+    problems = [] if any(tagged(cell) for cell in nb.cells) else [f"{assignment}: no cell is tagged {SKIP_TAG!r}"]
+    marked = [cell for cell in nb.cells if SKIP_TAG in cell.get("metadata", {}).get("tags", [])]
+    problems += [f"{assignment}: cell {cell.id} is tagged {SKIP_TAG!r} but is not a lesson code cell" for cell in marked
+                 if cell.cell_type != "code" or grading(cell) or cell.id in SETUP_CELLS]
+    code, skipped = [cell for cell in nb.cells if cell.cell_type == "code"], skippable(nb, nb)
+    for i, cell in enumerate(code):
+        if tagged(cell) and cell.id not in skipped:
+            readers = [(later.id, sorted(names(cell.source)[2] & reads)) for later in code[i + 1:]
+                       if later.id not in skipped and (reads := names(later.source)[0]) is not None]
+            problems += [f"{assignment}: cell {cell.id} is tagged {SKIP_TAG!r} but grading must run it: the cell "
+                         f"{later} below reads {', '.join(read)}" for later, read in readers if read][:1]
+    return problems
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_cells_skipped_in_grading_define_nothing_graded_cells_use(assignment):
+    problems = skip_marking_problems(read(source_path(assignment)), assignment)
+    assert not problems, "\n".join(problems)

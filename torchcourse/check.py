@@ -13,6 +13,9 @@ from pathlib import Path
 
 HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*\n?", re.S | re.M)
 STUB = "raise NotImplementedError()"
+# A lesson cell with this tag is one the grading does not need (a demo, a plot): the grader skips it when the hand-in's
+# copy is the one released, and runs it when the student changed it. tests/test_notebook_files.py checks the marking.
+SKIP_TAG = "skip-in-grading"
 
 
 @dataclass
