@@ -188,9 +188,29 @@ def notebook_page(browser, lab: Lab, path: Path):
                 api(lab, "DELETE", f"api/sessions/{session['id']}")
 
 
+def dismiss_dialogs(page) -> list[str]:
+    """Close any JupyterLab dialog over the page (its Cancel button), and say what each was: a dialog left open
+    blocks the menus, and a test that fails for it must name it."""
+    seen = []
+    for _ in range(3):
+        dialog = page.locator(".jp-Dialog")
+        if not dialog.count():
+            break
+        seen.append(" ".join(dialog.first.inner_text().split())[:300])
+        reject = dialog.first.locator("button.jp-mod-reject")
+        if reject.count():
+            reject.first.click()
+        else:
+            page.keyboard.press("Escape")
+        page.wait_for_timeout(300)
+    return seen
+
+
 def run_all(page):
     """Run > Run All Cells, from the menu bar; wait until every code cell has run and the kernel is idle."""
+    dialogs = []
     for _ in range(3):  # now and then a first click runs nothing (the kernel still connecting?): click again
+        dialogs += dismiss_dialogs(page)
         page.click(".lm-MenuBar-itemLabel:text-is('Run')")
         page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
         try:
@@ -202,7 +222,8 @@ def run_all(page):
         page.wait_for_function(DONE_JS, timeout=RUN_TIMEOUT_MS)
     except PlaywrightTimeout:
         status = page.evaluate(STATUS_JS)
-        pytest.fail(f"Run All did not finish in {RUN_TIMEOUT_MS / 1000:.0f} s (see {screenshot(page, 'timeout')}): {status}")
+        pytest.fail(f"Run All did not finish in {RUN_TIMEOUT_MS / 1000:.0f} s (see {screenshot(page, 'timeout')}): {status}"
+                    + (f"; dialogs closed on the way: {dialogs}" if dialogs else ""))
     # widgets render after their cell has run: give the placeholders time to go
     page.wait_for_function("() => ![...document.querySelectorAll('.jp-OutputArea-output')].some(o => o.textContent.includes('Loading widget'))")
 

@@ -1,0 +1,398 @@
+"""Grade a class on the workers of a dask.distributed scheduler: `python -m autograder grade ... --scheduler ADDRESS`.
+
+Start the scheduler on one machine, and one worker on each grading machine, from the course folder, with the course's
+Python environment (the grader installed in it, as `make setup` makes it) at the same paths as on the instructor's
+machine, and bubblewrap installed:
+
+    dask scheduler                                               # listens on tcp://host:8786
+    dask worker tcp://host:8786 --nthreads N --nworkers 1        # N: the hand-ins this machine grades at once
+
+Each hand-in is one task. It carries what a worker cannot read from the course folder: the batch's template course
+(made by the instructor's command, fetched once by each worker and unpacked into its temporary folder) and the
+hand-in's bytes. The worker grades it with `grade_one.run` in a process of its own, in the same sandbox and with the
+same time limit as a local batch, and sends back the row, the feedback, the graded notebook and the log; the
+instructor's command writes them into its output folder, the table and the gradebook as a local batch does.
+
+A worker that dies while grading loses nothing: the scheduler gives its hand-ins to another worker (a hand-in whose
+workers die `distributed.scheduler.allowed-failures` + 1 times, 4 by default, gets a 'crashed' row). A scheduler
+lost stops the batch like a failed step: the rows graded are kept, and the same command grades the rest.
+Nothing here is imported without `--scheduler`, and the grading processes never import Dask.
+"""
+
+import io
+import json
+import multiprocessing
+import os
+import select
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from . import grade_one, processes
+from .results import read_result, write_result
+
+CONNECT_TIMEOUT = 30  # seconds to reach the scheduler, and then to see a first worker
+POLL = 1.0  # seconds between a worker's looks at its grading (and at the batch's stop signal)
+RETURNED = ("feedback", "autograded", "logs")  # the output folders a grading writes besides results/
+SUFFIX = {"feedback": ".html", "autograded": ".ipynb", "logs": ".log"}
+SERVER, SERVER_LOCK = [], threading.Lock()  # this worker process's fork server and its socket, and who may start it
+
+
+# --- the instructor's side ---------------------------------------------------------------------------------------
+
+def run_on_dask(address: str, todo: list[grade_one.Job], jobs: int, deadline: float, progress) -> None:
+    """batch.run_jobs on the workers of the scheduler at `address`: same files in job.out, same progress and errors.
+
+    `jobs` is unused: each worker grades as many hand-ins at once as its `--nthreads`.
+    """
+    from distributed import Event, as_completed  # lazily: the grader imports Dask only with --scheduler
+    from .batch import BatchFailed, last_line  # here, not above: batch imports this module
+
+    if not todo:
+        return
+    client = connect(address)
+    # The batch's name keys its template on the workers (its folder, removed at the end), not the template's hash:
+    # shards of one class started together can make byte-identical templates, and one's end would remove the other's.
+    batch = uuid.uuid4().hex[:20]
+    stop = Event(f"autograder-stop-{batch}", client=client)
+    tar = pack(Path(todo[0].template))  # one template for the whole batch (batch.grade_class makes it)
+    # The template is a task's result, not scattered data: if every worker holding it dies, the scheduler makes it
+    # again from this task, where scattered data would be lost, and every hand-in still to grade with it.
+    template = client.submit(held, tar, key=f"autograder-template-{batch}", pure=False)
+    futures, cancelled, failed = {}, set(), []
+    try:
+        for job in todo:
+            future = client.submit(grade_remotely, template, batch, job, handin_of(job), deadline, os.getcwd(),
+                                   stop.name, key=f"grade-{job.student_id}-{batch}", pure=False, retries=0)
+            futures[future] = job
+        for future in as_completed(futures):
+            job = futures[future]
+            if future.key in cancelled:
+                continue  # never started, after a grader failure: a rerun grades it
+            if future.cancelled():  # by the scheduler (the connection to it lost, say): the batch's failure, not a row
+                failed.append(f"grading {job.student_id}: {dropped(future)}")
+                continue
+            exitcode = write_back(job, outcome_of(future))
+            if exitcode == grade_one.GRADER_FAILED:
+                log = Path(job.out) / "logs" / f"{job.student_id}.log"
+                failed.append(f"grading {job.student_id}: {last_line(log)}")
+                cancelled |= cancel_waiting(client, [f for f in futures if not f.done()])
+                continue
+            progress.update(read_result(result_path(job)))
+    except KeyboardInterrupt:
+        stopping(stop, client, list(futures))
+        print(f"\ninterrupted: {progress.done} graded; run the same command again to grade the rest", file=sys.stderr)
+        raise SystemExit(130)
+    finally:
+        forget(client, batch)
+        client.close()
+    if failed:
+        raise BatchFailed(f"{failed[0]}" + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""))
+
+
+def connect(address: str):
+    """A client of the scheduler at `address` that sees at least one worker, or SystemExit saying what is missing."""
+    from distributed import Client
+    try:
+        client = Client(address, timeout=CONNECT_TIMEOUT)
+    except Exception as error:  # unreachable, refused, or not an address: all mean the same to the instructor
+        raise SystemExit(f"cannot reach the Dask scheduler at {address} ({error}); start it with `dask scheduler`, "
+                         "or grade on this machine without --scheduler") from None
+    try:
+        client.wait_for_workers(1, timeout=CONNECT_TIMEOUT)
+    except TimeoutError:
+        client.close()
+        raise SystemExit(f"the Dask scheduler at {address} has no workers after {CONNECT_TIMEOUT} s; start one on each "
+                         f"grading machine, from the course folder: `dask worker {address} --nthreads N`") from None
+    return client
+
+
+def pack(folder: Path) -> bytes:
+    """The folder as an uncompressed tar (a few hundred KB: a course's source, release and gradebook)."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        tar.add(folder, arcname="template")
+    return data.getvalue()
+
+
+def held(tar: bytes) -> bytes:
+    """The template's task: its value is its argument, kept by the scheduler."""
+    return tar
+
+
+def handin_of(job: grade_one.Job) -> bytes | None:
+    """The hand-in's bytes, sent with its task (None where it can no longer be read: its grading fails, as locally)."""
+    try:
+        return Path(job.submitted).read_bytes()
+    except OSError:
+        return None
+
+
+def result_path(job: grade_one.Job) -> Path:
+    return Path(job.out) / "results" / f"{job.student_id}.json"
+
+
+def outcome_of(future) -> dict:
+    """What the task sent back; for a task that failed as a whole, a 'crashed' row saying what happened."""
+    from distributed import KilledWorker
+    try:
+        return future.result()
+    except KilledWorker as error:
+        why = (f"the Dask workers grading it died {error.allowed_failures + 1} times "
+               f"(the last: {error.last_worker.address}); it was not graded")
+    except Exception as error:  # the task could not run or ended with an error: the row says so, the batch goes on
+        why = f"grading on a Dask worker failed ({type(error).__name__}: {error})"
+    return {"result": None, "crashed": why, "exitcode": None}
+
+
+def dropped(future) -> str:
+    """Why the scheduler cancelled a task."""
+    try:
+        future.result()
+    except Exception as error:
+        return f"the Dask scheduler dropped it ({getattr(error, 'reason', error)})"
+    return "the Dask scheduler dropped it"
+
+
+def write_back(job: grade_one.Job, outcome: dict) -> int | None:
+    """The grading's files into job.out, and a 'crashed' row where it left none; returns the grading's exit code."""
+    out, sid = Path(job.out), job.student_id
+    for folder in RETURNED:
+        if outcome.get(folder) is not None:
+            (out / folder / f"{sid}{SUFFIX[folder]}").write_bytes(outcome[folder])
+    if outcome["exitcode"] == grade_one.GRADER_FAILED:
+        return grade_one.GRADER_FAILED  # no row: the batch stops, and a rerun grades this student
+    result = outcome["result"] or asdict(grade_one.not_graded(job, "crashed", outcome.get("crashed") or (
+        f"the grading process ended unexpectedly (exit code {outcome['exitcode']})")))
+    write_result(result_path(job), result)
+    return outcome["exitcode"]
+
+
+def cancel_waiting(client, futures: list) -> set:
+    """Cancel the tasks no worker has started yet (as run_jobs stops launching gradings); their keys."""
+    started = {key for keys in client.processing().values() for key in keys}
+    waiting = [f for f in futures if f.key not in started]
+    client.cancel(waiting)
+    return {f.key for f in waiting}
+
+
+def stopping(stop, client, futures: list) -> None:
+    """Stop the batch: the workers end the gradings they are running (Dask does not interrupt a running task)."""
+    try:
+        stop.set()
+        client.cancel(futures)
+    except Exception:  # the scheduler is gone: the gradings under way end by their deadline
+        pass
+
+
+def forget(client, batch: str) -> None:
+    """Remove the batch's template from the workers' temporary folders (best effort: a worker gone keeps its own)."""
+    try:
+        client.run(remove_template, batch, on_error="ignore")
+    except Exception:
+        pass
+
+
+# --- a worker's side ----------------------------------------------------------------------------------------------
+
+def template_folder(batch: str) -> Path:
+    """Where a worker keeps the batch's template: in its temporary folder, named after this user and the batch."""
+    return Path(tempfile.gettempdir()) / f"autograder-dask-{os.getuid()}-{batch}"
+
+
+def remove_template(batch: str) -> None:
+    shutil.rmtree(template_folder(batch), ignore_errors=True)
+
+
+def unpacked(tar: bytes, batch: str) -> Path:
+    """The batch's template unpacked in a folder of this user's alone (mode 0700), once per worker machine.
+
+    Two tasks may unpack at once: each into a folder of its own, renamed into place; the loser's copy is dropped.
+    """
+    folder = template_folder(batch)
+    if not folder.exists():
+        fresh = Path(tempfile.mkdtemp(prefix=".autograder-dask-", dir=folder.parent))  # mode 0700
+        try:
+            with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+                archive.extractall(fresh, filter="data")
+            os.rename(fresh, folder)
+        except OSError:
+            if not folder.exists():
+                raise
+            # else another task of this batch renamed its copy into place first
+        finally:
+            shutil.rmtree(fresh, ignore_errors=True)  # nothing is left there once renamed
+    info = os.lstat(folder)
+    # The name is predictable: a folder someone else made there (to read the kernels' sockets) must not be used.
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise RuntimeError(f"{folder} is not a private folder of this user's; remove it")
+    return folder
+
+
+def grade_remotely(tar: bytes, batch: str, job: grade_one.Job, handin: bytes | None, deadline: float, course: str,
+                   stop: str) -> dict:
+    """The task: grade one hand-in on this worker and return what the instructor's command writes.
+
+    {"result": the row or None, "exitcode": the grading's, "feedback"/"autograded"/"logs": the files' bytes or None}
+    """
+    problem = missing_here(job, course)
+    if problem:
+        return {"result": None, "exitcode": grade_one.GRADER_FAILED, "logs": f"{problem}\n".encode()}
+    base = unpacked(tar, batch)
+    local = Path(tempfile.mkdtemp(prefix="handin-", dir=base))
+    try:
+        here = localised(job, base, local, handin)
+        exitcode = supervised(here, deadline, course, stop)
+        found = {folder: read_bytes(Path(here.out) / folder / f"{job.student_id}{SUFFIX[folder]}")
+                 for folder in RETURNED}
+        return {"result": read_result(result_path(here)), "exitcode": exitcode, **found}
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+
+
+def missing_here(job: grade_one.Job, course: str) -> str | None:
+    """Why this worker cannot grade (no course folder where the instructor's is), or None."""
+    from distributed import get_worker
+    for path in (course, job.config):
+        if path and not os.path.exists(path):
+            return (f"the Dask worker {get_worker().address} has no {path}: start each worker on a machine that "
+                    "holds the course folder at the same path")
+    return None
+
+
+def localised(job: grade_one.Job, base: Path, local: Path, handin: bytes | None) -> grade_one.Job:
+    """The job with this worker's paths: the unpacked template, the hand-in written here, and a local out folder."""
+    for folder in ("results", *RETURNED):
+        (local / "out" / folder).mkdir(parents=True)
+    submitted = local / "handin"
+    if handin is not None:
+        submitted.write_bytes(handin)  # else its grading fails on the missing file: a 'crashed' row, as locally
+    return replace(job, submitted=str(submitted), template=str(base / "template"), scratch=str(local / "scratch"),
+                   out=str(local / "out"))
+
+
+def read_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def supervised(job: grade_one.Job, deadline: float, course: str, stop: str) -> int | None:
+    """Grade through this worker's fork server (see `serve`); the grading's exit code, None after a timeout."""
+    from distributed import Event, get_worker
+    threads = max(1, (os.cpu_count() or 1) // get_worker().state.nthreads)  # the cores shared among the gradings
+    env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",  # as batch.grade sets
+           "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    order = json.dumps({"job": asdict(job), "deadline": deadline, "course": course, "env": env}).encode() + b"\n"
+    interrupt, started, said = Event(stop), time.monotonic(), b""
+    with socket.socket(socket.AF_UNIX) as connection:
+        connection.connect(str(fork_server()))
+        connection.sendall(order)
+        while True:
+            if select.select([connection], [], [], POLL)[0]:
+                chunk = connection.recv(65536)
+                said += chunk
+                if not chunk:
+                    break
+            # the grading's supervisor keeps the deadline; far past it, it is stuck: closing the connection stops it
+            elif stopped(interrupt) or time.monotonic() - started > deadline + 120:
+                break
+    lines = said.decode(errors="replace").strip().splitlines()
+    return json.loads(lines[-1])["exitcode"] if lines else None
+
+
+def fork_server() -> Path:
+    """The socket of this worker process's fork server, started on its first grading.
+
+    A grading is forked from it, not from the worker: a Dask worker runs tasks in threads, and under a nanny it is a
+    daemon, which multiprocessing forbids children. The server imports the grader once (seconds), then forks each
+    grading's supervisor in milliseconds. It ends with its worker.
+    """
+    with SERVER_LOCK:
+        if SERVER and SERVER[0].poll() is None:
+            return SERVER[1]
+        folder = Path(tempfile.mkdtemp(prefix="autograder-forks-"))  # mode 0700: nobody else may ask for gradings
+        path = folder / "socket"
+        process = subprocess.Popen([sys.executable, "-c", f"from autograder.distributed import serve; serve({str(path)!r})"],
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+        process.stdout.readline()  # "ready": listening, the grader imported
+        SERVER[:] = [process, path]
+        return path
+
+
+def serve(path: str) -> None:
+    """The fork server: for each connection, fork a supervisor (`supervise`); end when the worker ends."""
+    worker = os.getppid()
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen(64)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the supervisors end on their own: nobody waits for them
+    print("ready", flush=True)
+    while os.getppid() == worker:
+        if not select.select([server], [], [], POLL)[0]:
+            continue
+        connection, _ = server.accept()
+        if os.fork() == 0:
+            server.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a supervisor waits for its grading
+            try:
+                supervise(connection)
+            finally:
+                os._exit(0)  # nothing left to do: skip the interpreter's teardown
+        connection.close()
+    shutil.rmtree(Path(path).parent, ignore_errors=True)
+
+
+def supervise(connection: socket.socket) -> None:
+    """The grading's parent on a worker, as run_jobs is locally: reads its order from the connection, runs
+    grade_one.run in a forked process, and stops it with all it started at the deadline (a 'timeout' row), or when
+    the connection closes (the batch interrupted, or its worker gone); sends back the grading's exit code."""
+    reader = connection.makefile("rb")
+    order = json.loads(reader.readline() or b"null")
+    if order is None:
+        return
+    job, deadline = grade_one.Job(**order["job"]), order["deadline"]
+    os.chdir(order["course"])  # nbgrader's relative paths (the sandbox's read-only folders) are the course's
+    os.environ.update(order["env"])
+    processes.become_subreaper()  # what the grading leaves behind stays below this process, where we stop it
+    started = time.monotonic()
+    # A plain fork, as run_jobs makes: this process runs one thread, and its imports are done
+    process = multiprocessing.get_context("fork").Process(target=grade_one.run, args=(job,), name=job.student_id)
+    process.start()
+    asked_to_stop = False
+    try:
+        while process.exitcode is None and time.monotonic() - started <= deadline:
+            if select.select([connection], [], [], POLL)[0]:  # the other end closed: stop
+                asked_to_stop = True
+                break
+            process.join(0)
+    finally:
+        over = process.exitcode is None
+        if over:
+            processes.kill([process.pid])
+        processes.stop_descendants(os.getpid())
+    if asked_to_stop:
+        return  # nobody waits for this grading: the batch stopped, or the scheduler gave it to another worker
+    if over:
+        write_result(result_path(job), asdict(grade_one.not_graded(
+            job, "timeout", f"grading took longer than {deadline:.0f} s in all and was stopped")))
+    connection.sendall(json.dumps({"exitcode": None if over else process.exitcode}).encode() + b"\n")
+
+
+def stopped(interrupt) -> bool:
+    """Whether the instructor interrupted the batch."""
+    try:
+        return interrupt.is_set()
+    except Exception:  # the scheduler is out of reach for now: the grading goes on
+        return False
