@@ -265,9 +265,10 @@ def grade(options: Options) -> list[dict]:
     wall = time.perf_counter()
     os.chdir(options.course)  # nbgrader's paths (the gradebook's among them) are relative to the course folder
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"  # nbgrader runs alembic
-    # Threads per kernel: the cores shared among the parallel kernels, never more (oversubscription is slow).
+    # Threads per kernel: the cores shared among the parallel kernels, never more (oversubscription is slow); a
+    # number set by the caller wins (another batch sharing the machine, say).
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = str(max(1, (os.cpu_count() or 1) // options.jobs))
+        os.environ.setdefault(var, str(max(1, (os.cpu_count() or 1) // options.jobs)))
     processes.become_subreaper()
     config, config_file = course_config(options.course, options.settings)
     check_configuration(config)

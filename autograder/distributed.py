@@ -322,7 +322,9 @@ def fork_server() -> Path:
     with SERVER_LOCK:
         if SERVER and SERVER[0].poll() is None:
             return SERVER[1]
-        folder = Path(tempfile.mkdtemp(prefix="autograder-forks-"))  # mode 0700: nobody else may ask for gradings
+        # mode 0700: nobody else may ask for gradings; under /tmp where $TMPDIR is too deep for a socket's address
+        # (108 bytes at most)
+        folder = Path(tempfile.mkdtemp(prefix="autograder-forks-", dir=None if len(tempfile.gettempdir()) < 60 else "/tmp"))
         path = folder / "socket"
         process = subprocess.Popen([sys.executable, "-c", f"from autograder.distributed import serve; serve({str(path)!r})"],
                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)

@@ -54,10 +54,11 @@ def grade_class(assignment: str, wanted: set[str], workdir) -> tuple[dict, objec
         if student in wanted:
             (submissions / student).mkdir(parents=True)
             nbformat.write(nb, submissions / student / name)
-    # One kernel per batch: xdist runs two batches at once, one per core.
+    # One kernel per batch, of one thread: xdist runs a batch on each core.
     command = [sys.executable, "-m", "autograder", "grade", assignment, str(submissions), "--jobs", "1",
                "--course", str(course), "--out", str(out)]
-    env = dict(os.environ, HOME=str(workdir), XDG_CACHE_HOME=str(workdir / "cache"))
+    env = dict(os.environ, HOME=str(workdir), XDG_CACHE_HOME=str(workdir / "cache"), OMP_NUM_THREADS="1",
+               MKL_NUM_THREADS="1")
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
     if result.returncode:
         raise RuntimeError(f"grading {assignment} failed ({result.returncode}):\n{result.stderr[-3000:]}")
