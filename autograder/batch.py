@@ -260,11 +260,17 @@ def plan(found, options: Options, make_job, out: Path) -> tuple[dict, list]:
     return results, todo
 
 
+def enter(course: Path) -> None:
+    """Work from the course folder, as nbgrader expects: its paths (the gradebook's among them) are relative to it,
+    and it runs `alembic` from this environment."""
+    os.chdir(course)
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
 def grade(options: Options) -> list[dict]:
     """The whole command: returns the rows of grades.csv. BatchFailed names a step that failed after grading began."""
     wall = time.perf_counter()
-    os.chdir(options.course)  # nbgrader's paths (the gradebook's among them) are relative to the course folder
-    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"  # nbgrader runs alembic
+    enter(options.course)
     # Threads per kernel: the cores shared among the parallel kernels, never more (oversubscription is slow); a
     # number set by the caller wins (another batch sharing the machine, say).
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -321,7 +327,8 @@ def grade_class(options, config, config_file, cd, assignment, source, out) -> li
             runner = partial(run_on_dask, options.scheduler)
         else:
             runner = run_jobs
-            grade_one.warm_up(config)  # inherited by every grading forked from here
+            with step("rendering a first feedback page (nbconvert)"):
+                grade_one.warm_up(config)  # inherited by every grading forked from here
         try:
             runner(todo, options.jobs, deadline=10 * timeout + 120, progress=Progress(max(1, len(todo))))
         finally:  # whatever happened, every row graded so far goes into the table
@@ -359,8 +366,7 @@ def shard_outputs(folders: list[Path]) -> list[Path]:
 def merge(folders: list[Path], out: Path | None, course: Path, settings: dict) -> list[dict]:
     """The shards' outputs into one grades.csv, feedback folder and gradebook entry, as one run would have made."""
     wall = time.perf_counter()
-    os.chdir(course)
-    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"  # nbgrader: alembic
+    enter(course)
     config, _ = course_config(course, settings)
     cd = CourseDirectory(config=config)
     shards = [f.resolve() for f in shard_outputs(folders)]

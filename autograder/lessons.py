@@ -75,18 +75,18 @@ def targets(target: ast.expr) -> set[str]:
     return {node.id for node in ast.walk(target) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
 
 
-def run(statements: list, bound: set[str], reads: set[str]) -> set[str]:
+def follow(statements: list, bound: set[str], reads: set[str]) -> set[str]:
     """Walk statements in the order they run, adding to `reads` the global names read while not yet bound for sure;
     return the names bound for sure after them (a loop's body may not run, a branch may not be taken)."""
     bound = set(bound)
     for st in statements:
         if isinstance(st, (ast.For, ast.AsyncFor)):
             reads |= scope_names(ast.Expr(st.iter))[0] - bound
-            run(st.body, bound | targets(st.target), reads)
-            run(st.orelse, bound, reads)
+            follow(st.body, bound | targets(st.target), reads)
+            follow(st.orelse, bound, reads)
         elif isinstance(st, (ast.If, ast.While)):
             reads |= scope_names(ast.Expr(st.test))[0] - bound
-            taken, other = run(st.body, bound, reads), run(st.orelse, bound, reads)
+            taken, other = follow(st.body, bound, reads), follow(st.orelse, bound, reads)
             if isinstance(st, ast.If):
                 bound |= taken & other
         elif isinstance(st, (ast.With, ast.AsyncWith)):
@@ -94,14 +94,14 @@ def run(statements: list, bound: set[str], reads: set[str]) -> set[str]:
                 reads |= scope_names(ast.Expr(item.context_expr))[0] - bound
                 if item.optional_vars is not None:
                     bound |= targets(item.optional_vars)
-            bound = run(st.body, bound, reads)
+            bound = follow(st.body, bound, reads)
         elif isinstance(st, ast.Try):
-            run(st.body + st.orelse, bound, reads)
+            follow(st.body + st.orelse, bound, reads)
             for handler in st.handlers:
                 if handler.type is not None:
                     reads |= scope_names(ast.Expr(handler.type))[0] - bound
-                run(handler.body, bound | ({handler.name} if handler.name else set()), reads)
-            bound = run(st.finalbody, bound, reads)
+                follow(handler.body, bound | ({handler.name} if handler.name else set()), reads)
+            bound = follow(st.finalbody, bound, reads)
         else:
             got, made = scope_names(st)
             reads |= got - bound
@@ -121,7 +121,7 @@ def names(source: str) -> tuple[frozenset[str] | None, frozenset[str], frozenset
     except (SyntaxError, ValueError):
         return frozenset(), frozenset(), frozenset()
     reads: set[str] = set()
-    bound = run(tree.body, set(), reads)
+    bound = follow(tree.body, set(), reads)
     binds = set().union(*(scope_names(st)[1] for st in tree.body))
     everything = bool(reads & DYNAMIC)  # checked before the built-ins go: exec and globals are built-ins
     return (None if everything else frozenset(reads - set(dir(builtins)))), frozenset(bound), frozenset(binds)

@@ -102,6 +102,12 @@ def graded(request, tmp_path_factory):
     return grade
 
 
+def lesson_errors(nb) -> list[str]:
+    """Ids of the lesson cells of a graded notebook that show an error."""
+    return [cell.id for cell in nb.cells if cell.cell_type == "code" and not grading(cell)
+            and any(o.output_type == "error" for o in cell.outputs)]
+
+
 def exercise_score(scores: dict, assignment: str, answer_id: str) -> tuple[float, float]:
     cells = graded_cells_of(read(source_path(assignment)), answer_id)
     return sum(scores[c][0] for c in cells), sum(scores[c][1] for c in cells)
@@ -131,9 +137,8 @@ def test_unedited_notebook_scores_zero_and_its_lesson_runs(graded, assignment, s
     scores, autograded = graded(assignment)
     earned = {cell: s for cell, s in scores[student].items() if s[0] != 0}
     assert not earned, f"an unedited notebook earns points in {earned}"
-    lesson_errors = [cell.id for cell in autograded(student).cells if cell.cell_type == "code" and not grading(cell)
-                     and any(o.output_type == "error" for o in cell.outputs)]
-    assert not lesson_errors, f"lesson cells fail while the exercises are unanswered: {lesson_errors}"
+    failed = lesson_errors(autograded(student))
+    assert not failed, f"lesson cells fail while the exercises are unanswered: {failed}"
 
 
 @pytest.mark.parametrize("assignment, student", by_assignment([(a, "lesson-edited") for a in assignments()]))
@@ -141,9 +146,8 @@ def test_edited_lesson_cells_run_and_an_answer_may_use_them(graded, assignment, 
     scores, autograded = graded(assignment)
     lost = {cell: s for cell, s in scores[student].items() if s[0] != s[1]}
     assert not lost, f"with its lesson cells edited, the solution loses points in {lost}"
-    lesson_errors = [cell.id for cell in autograded(student).cells if cell.cell_type == "code" and not grading(cell)
-                     and any(o.output_type == "error" for o in cell.outputs)]
-    assert not lesson_errors, f"lesson cells fail when they run in grading: {lesson_errors}"
+    failed = lesson_errors(autograded(student))
+    assert not failed, f"lesson cells fail when they run in grading: {failed}"
 
 
 @pytest.mark.parametrize("assignment, answer_id, why, student", catalogue("WRONG"))

@@ -93,11 +93,12 @@ def skip_marking_problems(nb, assignment: str) -> list[str]:
                  if cell.cell_type != "code" or grading(cell) or cell.id in SETUP_CELLS]
     code, skipped = [cell for cell in nb.cells if cell.cell_type == "code"], skippable(nb, nb)
     for i, cell in enumerate(code):
-        if tagged(cell) and cell.id not in skipped:
-            readers = [(later.id, sorted(names(cell.source)[2] & reads)) for later in code[i + 1:]
-                       if later.id not in skipped and (reads := names(later.source)[0]) is not None]
-            problems += [f"{assignment}: cell {cell.id} is tagged {SKIP_TAG!r} but grading must run it: the cell "
-                         f"{later} below reads {', '.join(read)}" for later, read in readers if read][:1]
+        if tagged(cell) and not grading(cell) and cell.id not in skipped:
+            read = [f"the cell {later.id} below reads {', '.join(sorted(names(cell.source)[2] & reads))}"
+                    for later in code[i + 1:] if later.id not in skipped
+                    and (reads := names(later.source)[0]) is not None and names(cell.source)[2] & reads]
+            problems.append(f"{assignment}: cell {cell.id} is tagged {SKIP_TAG!r} but grading must run it: " +
+                            (read[0] if read else "a cell below may read any name (exec, eval or globals())"))
     return problems
 
 
