@@ -91,6 +91,15 @@ def solution_answers(assignment: str) -> dict[str, str]:
     return answers
 
 
+def changed(right: str, *changes: tuple[str, str]) -> str:
+    """A catalogued wrong answer: the right answer with each (old, new) change made, so that it differs by its flaw
+    alone."""
+    for old, new in changes:
+        assert right.count(old) == 1, f"not exactly once in the right answer: {old!r}"
+        right = right.replace(old, new)
+    return right
+
+
 def wrong_answers(assignment: str) -> dict:
     """The assignment's catalogue in tests/wrong_answers/: WRONG and NOISY_BUT_RIGHT, {grade_id: {why: code}}."""
     path = ROOT / "tests" / "wrong_answers" / f"{assignment}.py"

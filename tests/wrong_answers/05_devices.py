@@ -1,14 +1,23 @@
 """Notebook 05: plausible wrong answers (each must lose its exercise's points) and right answers that write to stderr."""
 
-_AMP_START = '''
+from course import changed
+
+_AMP = '''
 def amp_train_step(model, x, y, loss_fn, optimizer, scaler, device_type, dtype, max_grad_norm=None):
     model.train()
     optimizer.zero_grad()
     with torch.autocast(device_type, dtype=dtype):
         loss = loss_fn(model(x), y)
     scaler.scale(loss).backward()
+    if max_grad_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.item()
 '''
-
+_UNSCALE_THEN_CLIP = ("        scaler.unscale_(optimizer)\n"
+                      "        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n")
 
 WRONG = {
     "ex1_pick_device": {
@@ -73,115 +82,20 @@ def pick_device(prefer=None):
 ''',
     },
     "ex2_amp_train_step": {
-        "clips before unscaling: max_norm applies to the scaled gradients": '''
-def amp_train_step(model, x, y, loss_fn, optimizer, scaler, device_type, dtype, max_grad_norm=None):
-    model.train()
-    optimizer.zero_grad()
-    with torch.autocast(device_type, dtype=dtype):
-        loss = loss_fn(model(x), y)
-    scaler.scale(loss).backward()
-    if max_grad_norm is not None:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-        scaler.unscale_(optimizer)
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.item()
-''',
-        "scaler.step without scaler.update: the scale never changes": _AMP_START + '''
-    if max_grad_norm is not None:
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    scaler.step(optimizer)
-    return loss.item()
-''',
-        "no autocast: everything in fp32": '''
-def amp_train_step(model, x, y, loss_fn, optimizer, scaler, device_type, dtype, max_grad_norm=None):
-    model.train()
-    optimizer.zero_grad()
-    loss = loss_fn(model(x), y)
-    scaler.scale(loss).backward()
-    if max_grad_norm is not None:
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.item()
-''',
-        "never zeroes the gradients": '''
-def amp_train_step(model, x, y, loss_fn, optimizer, scaler, device_type, dtype, max_grad_norm=None):
-    model.train()
-    with torch.autocast(device_type, dtype=dtype):
-        loss = loss_fn(model(x), y)
-    scaler.scale(loss).backward()
-    if max_grad_norm is not None:
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.item()
-''',
-        "never calls model.train()": '''
-def amp_train_step(model, x, y, loss_fn, optimizer, scaler, device_type, dtype, max_grad_norm=None):
-    optimizer.zero_grad()
-    with torch.autocast(device_type, dtype=dtype):
-        loss = loss_fn(model(x), y)
-    scaler.scale(loss).backward()
-    if max_grad_norm is not None:
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.item()
-''',
-        "backward of the unscaled loss": '''
-def amp_train_step(model, x, y, loss_fn, optimizer, scaler, device_type, dtype, max_grad_norm=None):
-    model.train()
-    optimizer.zero_grad()
-    with torch.autocast(device_type, dtype=dtype):
-        loss = loss_fn(model(x), y)
-    loss.backward()
-    if max_grad_norm is not None:
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.item()
-''',
-        "optimizer.step() instead of scaler.step(optimizer)": _AMP_START + '''
-    if max_grad_norm is not None:
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    optimizer.step()
-    scaler.update()
-    return loss.item()
-''',
-        "ignores max_grad_norm: never clips": _AMP_START + '''
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.item()
-''',
-        "ignores dtype: always bfloat16": '''
-def amp_train_step(model, x, y, loss_fn, optimizer, scaler, device_type, dtype, max_grad_norm=None):
-    model.train()
-    optimizer.zero_grad()
-    with torch.autocast(device_type, dtype=torch.bfloat16):
-        loss = loss_fn(model(x), y)
-    scaler.scale(loss).backward()
-    if max_grad_norm is not None:
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.item()
-''',
-        "returns the loss tensor, not a float": _AMP_START + '''
-    if max_grad_norm is not None:
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.detach()
-''',
+        "clips before unscaling: max_norm applies to the scaled gradients": changed(_AMP, (_UNSCALE_THEN_CLIP, (
+            "        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n"
+            "        scaler.unscale_(optimizer)\n"))),
+        "scaler.step without scaler.update: the scale never changes": changed(_AMP, ("    scaler.update()\n", "")),
+        "no autocast: everything in fp32": changed(_AMP, (
+            "    with torch.autocast(device_type, dtype=dtype):\n        loss", "    loss")),
+        "never zeroes the gradients": changed(_AMP, ("    optimizer.zero_grad()\n", "")),
+        "never calls model.train()": changed(_AMP, ("    model.train()\n", "")),
+        "backward of the unscaled loss": changed(_AMP, ("scaler.scale(loss).backward()", "loss.backward()")),
+        "optimizer.step() instead of scaler.step(optimizer)": changed(_AMP, ("scaler.step(optimizer)",
+                                                                            "optimizer.step()")),
+        "ignores max_grad_norm: never clips": changed(_AMP, ("    if max_grad_norm is not None:\n" + _UNSCALE_THEN_CLIP, "")),
+        "ignores dtype: always bfloat16": changed(_AMP, ("dtype=dtype", "dtype=torch.bfloat16")),
+        "returns the loss tensor, not a float": changed(_AMP, ("return loss.item()", "return loss.detach()")),
     },
 }
 

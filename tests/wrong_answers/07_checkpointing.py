@@ -1,12 +1,7 @@
 """Notebook 07: plausible wrong answers (each must lose its exercise's points) and right answers that write to stderr
 (some also take a choice the statement leaves open, so that the suite proves the tests accept it)."""
 
-def _changed(right: str, *changes: tuple[str, str]) -> str:
-    """The right answer with each (old, new) change made: a wrong answer differs from it by its flaw alone."""
-    for old, new in changes:
-        assert right.count(old) == 1, f"not exactly once in the right answer: {old!r}"
-        right = right.replace(old, new)
-    return right
+from course import changed
 
 
 _SAVE = '''
@@ -54,24 +49,24 @@ def fit(model, optimizer, loader, loss_fn, epochs, ckpt_path, resume=True):
 
 WRONG = {
     "ex1_save_checkpoint": {
-        'not atomic: torch.save straight onto path': _changed(
+        'not atomic: torch.save straight onto path': changed(
             _SAVE,
             ('    state = {\n', '    torch.save({\n'),
             ('    }\n    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)))\n    os.close(fd)\n    try:\n        torch.save(state, tmp)\n        os.replace(tmp, path)\n    except BaseException:\n        os.remove(tmp)\n        raise\n', '    }, path)\n')),
-        "the temporary file in the system's temp folder, not beside the target": _changed(
+        "the temporary file in the system's temp folder, not beside the target": changed(
             _SAVE,
             ('    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)))\n', '    fd, tmp = tempfile.mkstemp(suffix=".pt")\n')),
-        'the model object pickled instead of its state_dict': _changed(
+        'the model object pickled instead of its state_dict': changed(
             _SAVE,
             ('        "model": model.state_dict(), "optimizer": optimizer.state_dict(),\n', '        "model": model, "optimizer": optimizer.state_dict(),\n')),
-        'a failed write leaves its temporary file behind': _changed(
+        'a failed write leaves its temporary file behind': changed(
             _SAVE,
             ('    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)))\n    os.close(fd)\n    try:\n        torch.save(state, tmp)\n        os.replace(tmp, path)\n    except BaseException:\n        os.remove(tmp)\n        raise\n', '    tmp = os.fspath(path) + ".tmp"\n    torch.save(state, tmp)\n    os.replace(tmp, path)\n')),
-        'a failed write is swallowed: the caller never hears of it': _changed(
+        'a failed write is swallowed: the caller never hears of it': changed(
             _SAVE,
             ('    except BaseException:\n', '    except Exception as err:\n'),
             ('        raise\n', '        print("checkpoint not written:", err)\n')),
-        'no CUDA entry in the RNG states': _changed(
+        'no CUDA entry in the RNG states': changed(
             _SAVE,
             ('        "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),\n                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},\n', '        "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},\n')),
     },
@@ -157,30 +152,30 @@ def load_checkpoint(path, *, model, optimizer=None, scheduler=None, scaler=None,
 ''',
     },
     "ex3_fit": {
-        "the resume forgets the optimizer's state": _changed(
+        "the resume forgets the optimizer's state": changed(
             _FIT,
             ('        start = load_checkpoint(ckpt_path, model=model, optimizer=optimizer)["epoch"]\n', '        start = load_checkpoint(ckpt_path, model=model)["epoch"]\n')),
-        'the mean of the batch losses, not the mean per sample': _changed(
+        'the mean of the batch losses, not the mean per sample': changed(
             _FIT,
             ('        total, count = 0.0, 0\n', '        batch_losses = []\n'),
             ('            total += loss.item() * len(x)\n            count += len(x)\n        losses.append(total / count)\n', '            batch_losses.append(loss.item())\n        losses.append(sum(batch_losses) / len(batch_losses))\n')),
-        'epochs counted from the resume: trains `epochs` more instead of up to `epochs`': _changed(
+        'epochs counted from the resume: trains `epochs` more instead of up to `epochs`': changed(
             _FIT,
             ('    for epoch in range(start, epochs):\n', '    for epoch in range(start, start + epochs):\n')),
-        'off by one: the resume skips the epoch after the checkpoint': _changed(
+        'off by one: the resume skips the epoch after the checkpoint': changed(
             _FIT,
             ('        start = load_checkpoint(ckpt_path, model=model, optimizer=optimizer)["epoch"]\n', '        start = load_checkpoint(ckpt_path, model=model, optimizer=optimizer)["epoch"] + 1\n')),
-        'the checkpoint records the 0-based index of the finished epoch (resuming at it + 1)': _changed(
+        'the checkpoint records the 0-based index of the finished epoch (resuming at it + 1)': changed(
             _FIT,
             ('        start = load_checkpoint(ckpt_path, model=model, optimizer=optimizer)["epoch"]\n', '        start = load_checkpoint(ckpt_path, model=model, optimizer=optimizer)["epoch"] + 1\n'),
             ('        save_checkpoint(ckpt_path, model=model, optimizer=optimizer, epoch=epoch + 1)\n', '        save_checkpoint(ckpt_path, model=model, optimizer=optimizer, epoch=epoch)\n')),
-        'never calls model.train(): a model handed over in eval() mode trains without dropout': _changed(
+        'never calls model.train(): a model handed over in eval() mode trains without dropout': changed(
             _FIT,
             ('        model.train()\n', '        pass\n')),
-        "batches are not moved to the model's device": _changed(
+        "batches are not moved to the model's device": changed(
             _FIT,
             ('            x, y = x.to(dev), y.to(dev)\n', '            pass\n')),
-        'resume=False ignored: an existing checkpoint is always restored': _changed(
+        'resume=False ignored: an existing checkpoint is always restored': changed(
             _FIT,
             ('    if resume and os.path.exists(ckpt_path):\n', '    if os.path.exists(ckpt_path):\n')),
     },
@@ -349,7 +344,7 @@ def saved_activation_bytes(model, x):
 
 NOISY_BUT_RIGHT = {
     "ex1_save_checkpoint": {
-        "prints what it saves to stderr": "\nimport sys\n" + _changed(
+        "prints what it saves to stderr": "\nimport sys\n" + changed(
             _SAVE, ('    os.close(fd)\n', '    os.close(fd)\n    print(f"saving epoch {epoch} to {path}", file=sys.stderr)\n')),
         "warns when it overwrites a checkpoint": '''
 def save_checkpoint(path, *, model, optimizer, epoch, scheduler=None, scaler=None, extra=None):
@@ -375,7 +370,7 @@ def save_checkpoint(path, *, model, optimizer, epoch, scheduler=None, scaler=Non
 ''',
     },
     "ex3_fit": {
-        "prints its progress to stderr": "\nimport sys\n" + _changed(
+        "prints its progress to stderr": "\nimport sys\n" + changed(
             _FIT,
             ('        start = load_checkpoint(ckpt_path, model=model, optimizer=optimizer)["epoch"]\n',
              '        start = load_checkpoint(ckpt_path, model=model, optimizer=optimizer)["epoch"]\n'
