@@ -38,8 +38,8 @@ release: setup ## regenerate the student notebooks/ from solutions/ with nbgrade
 	rm -rf notebooks
 	$(BIN)/nbgrader generate_assignment "*" --force --no-db --log-level=WARN
 
-grade: setup ## grade a class in parallel: make grade ASSIGNMENT=02 SUBMISSIONS=path/to/folder-or.zip (ARGS="--force ...")
-	$(if $(and $(ASSIGNMENT),$(SUBMISSIONS)),,$(error usage: make grade ASSIGNMENT=02 SUBMISSIONS=path/to/submissions))
+grade: setup ## grade a class in parallel: make grade ASSIGNMENT=02 [SUBMISSIONS=folder-or.zip] (ARGS="--force ...")
+	$(if $(ASSIGNMENT),,$(error usage: make grade ASSIGNMENT=02 [SUBMISSIONS=path/to/submissions]; without SUBMISSIONS, what nbgrader collect put in the course))
 	$(BIN)/python -m autograder grade $(ASSIGNMENT) $(SUBMISSIONS) --jobs $(JOBS) $(ARGS)
 
 bench: setup ## print the wall time of executing each solution notebook

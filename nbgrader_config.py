@@ -25,6 +25,8 @@ c.Execute.timeout = 120  # seconds a cell may run; generous, for a loaded machin
 # (a PyTorch UserWarning, say) printed by a correct answer does not zero its test cell.
 c.IgnorePattern.enabled = True
 c.IgnorePattern.pattern = r"[\s\S]"
-# Feedback shows each test's name, points and message, never hidden test code (autograder/feedback.py).
+# Feedback shows each test's name, points and message, never hidden test code (autograder/feedback.py), under a
+# summary of each exercise made from what it shows (so after HideHiddenTests).
 c.GenerateFeedback.preprocessors = ["nbgrader.preprocessors.GetGrades", "autograder.feedback.HideHiddenTests",
+                                    "autograder.feedback.ExerciseSummary",
                                     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]

@@ -1,4 +1,4 @@
-"""python -m autograder grade ASSIGNMENT SUBMISSIONS [--jobs N] [--out DIR] [--shard K/N] [--scheduler ADDRESS] ...
+"""python -m autograder grade ASSIGNMENT [SUBMISSIONS] [--jobs N] [--out DIR] [--shard K/N] [--scheduler ADDRESS] ...
 python -m autograder merge OUT_1 OUT_2 ... [--out DIR]"""
 
 import argparse
@@ -40,9 +40,10 @@ def main() -> None:
                                         "feedback/<student>.html, and record the grades in the course's gradebook. "
                                         "Limits not given here are the course's nbgrader_config.py's.")
     g.add_argument("assignment", help="assignment name or number, e.g. 02_autograd or 02")
-    g.add_argument("submissions", type=Path,
+    g.add_argument("submissions", type=Path, nargs="?",
                    help="a folder (alice/02_x.ipynb or alice.ipynb), a zip file of one, or one notebook (to grade, "
-                        "or debug, one student: its log is logs/<student>.log)")
+                        "or debug, one student: its log is logs/<student>.log); left out: what `nbgrader collect` put "
+                        "in the course's submitted folder, with the exchange's timestamps")
     g.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="submissions graded at once (default: cores)")
     g.add_argument("--out", type=Path, help="where grades.csv and feedback/ go (default autograder/grades/ASSIGNMENT)")
     g.add_argument("--force", action="store_true", help="grade again what an earlier run already graded")

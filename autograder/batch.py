@@ -1,7 +1,6 @@
 """Grade a class: every submission in a process of its own, N at a time; grades.csv from the results on disk, whatever
 happens; then the course's gradebook."""
 
-import fcntl
 import hashlib
 import multiprocessing
 import multiprocessing.connection
@@ -10,7 +9,6 @@ import shutil
 import sys
 import tempfile
 import time
-import warnings
 from collections import Counter, deque
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -18,17 +16,17 @@ from functools import partial
 from pathlib import Path
 
 import nbformat
-from nbgrader.api import Gradebook
-from nbgrader.converters import GenerateAssignment
 from nbgrader.coursedir import CourseDirectory
-from sqlalchemy.exc import SAWarning
+from sqlalchemy.engine import make_url
 from traitlets.config import Config, PyFileConfigLoader
 
-from . import grade_one, processes
-from .collect import collect
+from . import gradebook, grade_one, processes
+from .collect import collect, from_course
 from .kernel import SandboxUnavailable, require_sandbox
 from .notebook import nbgrader_ids
-from .results import NEEDS_REVIEW, STATUSES, read_result, write_result, write_table
+from .processes import exclusive, in_child
+from .report import write_report
+from .results import STATUSES, read_result, write_result, write_table
 
 OUTPUTS = ("results", "feedback", "autograded", "logs", "submitted")  # a batch's output folders, one file per student
 
@@ -36,7 +34,7 @@ OUTPUTS = ("results", "feedback", "autograded", "logs", "submitted")  # a batch'
 @dataclass
 class Options:
     assignment: str
-    submissions: Path
+    submissions: Path | None  # None: what `nbgrader collect` put in the course's submitted folder
     jobs: int
     out: Path | None
     force: bool
@@ -60,18 +58,6 @@ def step(name: str):
         raise
     except Exception as error:
         raise BatchFailed(f"{name} failed ({type(error).__name__}: {error})") from error
-
-
-@contextmanager
-def exclusive(path: Path, busy: str | None = None):
-    """Hold a lock on `path` (a file) for the block: wait for it, or with `busy`, SystemExit(busy) if it is held."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | (fcntl.LOCK_NB if busy else 0))
-        except BlockingIOError:
-            raise SystemExit(busy) from None
-        yield
 
 
 def course_config(course: Path, settings: dict) -> tuple[Config, Path | None]:
@@ -109,27 +95,6 @@ def resolve(cd: CourseDirectory, name: str) -> tuple[str, Path]:
     if len(notebooks) != 1:
         raise SystemExit(f"{source / matches[0]} must hold exactly one notebook (it holds {len(notebooks)})")
     return matches[0], notebooks[0]
-
-
-def generate_assignment(config: Config, assignment: str, root: Path | None, db_url: str, release: Path) -> None:
-    """nbgrader's generate_assignment: the student version into `release`, the tests into the gradebook at db_url."""
-    config = Config(config)
-    if root:
-        config.CourseDirectory.root, config.CourseDirectory.source_directory = str(root), "source"
-    config.CourseDirectory.release_directory = str(release)
-    config.CourseDirectory.db_url = db_url
-    config.CourseDirectory.assignment_id = assignment
-    config.BaseConverter.force = True
-    GenerateAssignment(coursedir=CourseDirectory(config=config), config=config).start()
-
-
-def in_child(function, *args) -> None:
-    """Run `function` in a forked process, so that this one never holds a database connection across a fork."""
-    process = multiprocessing.get_context("fork").Process(target=function, args=args)
-    process.start()
-    process.join()
-    if process.exitcode:
-        raise RuntimeError(f"{function.__name__} ended with exit code {process.exitcode}; see the messages above")
 
 
 class Progress:
@@ -206,35 +171,6 @@ def run_jobs(todo: list[grade_one.Job], jobs: int, deadline: float, progress: Pr
         raise BatchFailed(f"{failed[0]}" + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""))
 
 
-def record_in_gradebook(cd: CourseDirectory, assignment: str, notebook: str, results: list[dict], out: Path) -> None:
-    """Put every row into the course's gradebook and folders, so that formgrader and `nbgrader export` see them.
-
-    A submission that could not be graded normally is marked as needing manual grading, so formgrader flags it.
-    """
-    root = Path(cd.root)
-    warnings.simplefilter("ignore", SAWarning)  # nbgrader's own add_submission always sets SQLAlchemy off
-    with Gradebook(cd.db_url, cd.course_id) as gb:
-        for r in results:
-            sid = r["student_id"]
-            gb.update_or_create_student(sid)
-            gb.update_or_create_submission(assignment, sid)
-            nb = gb.find_submission_notebook(Path(notebook).stem, assignment, sid)
-            flag = r["status"] in NEEDS_REVIEW
-            for grade in nb.grades:
-                cell = r["cells"].get(grade.name, {})
-                grade.auto_score = cell.get("score", 0.0)
-                grade.needs_manual_grade = flag or cell.get("needs_manual_grade", False)
-            for comment in nb.comments:
-                comment.auto_comment = r["comments"].get(comment.name)
-            gb.db.commit()
-            for folder, source in ((cd.submitted_directory, out / "submitted" / f"{sid}.ipynb"),
-                                   (cd.autograded_directory, out / "autograded" / f"{sid}.ipynb")):
-                if source.exists():
-                    target = root / folder / sid / assignment / notebook
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy(source, target)
-
-
 def shard_of(student_id: str, count: int) -> int:
     """Which of `count` parts of a class a student is in (1 to count): fixed by the id alone, on any machine."""
     return int.from_bytes(hashlib.sha256(student_id.encode()).digest()[:8], "big") % count + 1
@@ -251,7 +187,9 @@ def plan(found, options: Options, make_job, out: Path) -> tuple[dict, list]:
             continue
         previous = out / "results" / f"{s.student_id}.json"
         old = None if options.force else read_result(previous)
-        if old and old.get("sha256") == hashlib.sha256(s.path.read_bytes()).hexdigest():
+        same = old and (old.get("sha256"), old.get("timestamp", "")) == (
+            hashlib.sha256(s.path.read_bytes()).hexdigest(), s.timestamp)
+        if same:
             results[s.student_id] = old  # graded by an earlier run, from the same file: kept
             continue
         previous.unlink(missing_ok=True)
@@ -304,17 +242,22 @@ def grade_class(options, config, config_file, cd, assignment, source, out) -> li
         template = scratch / "template"
         with step("making the assignment's template course (nbgrader generate_assignment)"):
             shutil.copytree(source.parent, template / "source" / assignment)
-            in_child(generate_assignment, config, assignment, template, f"sqlite:///{template}/gradebook.db",
-                     template / "release")
-        with step(f"reading the submissions in {options.submissions}"):
-            found = collect(options.submissions.resolve(), source.name, options.pattern, scratch / "unzipped")
+            in_child(gradebook.generate_assignment, config, assignment, template,
+                     f"sqlite:///{template}/gradebook.db", template / "release")
+        submitted = options.submissions or Path(cd.root) / cd.submitted_directory
+        with step(f"reading the submissions in {submitted}"):
+            found = from_course(submitted, assignment, source.name) if options.submissions is None else \
+                collect(options.submissions.resolve(), source.name, options.pattern, scratch / "unzipped")
             if options.shard:
                 found = [s for s in found if shard_of(s.student_id, options.shard[1]) == options.shard[0]]
+        with step("reading the due dates in the course's gradebook"):
+            due = gradebook.due_dates(cd, assignment, [s.student_id for s in found])
 
         def make_job(s):
             return grade_one.Job(s.student_id, assignment, source.name, str(s.path or ""), str(template),
                                  str(scratch / "work" / s.student_id), str(out), str(config_file) if config_file else None,
-                                 options.settings, points, others, s.message)
+                                 options.settings, points, others, s.message, s.timestamp, s.secret,
+                                 due.get(s.student_id, ""))
 
         results, todo = plan(found, options, make_job, out)
         part = f" (shard {options.shard[0]} of {options.shard[1]})" if options.shard else ""
@@ -337,18 +280,32 @@ def grade_class(options, config, config_file, cd, assignment, source, out) -> li
             rows = [results[sid] for sid in sorted(results)]
             write_table(out / "grades.csv", rows, list(points))
         if not options.shard:  # a shard's rows go into the gradebook with the others', by `merge`
-            record(cd, config, assignment, source.name, rows, out, scratch)
+            rows = record(cd, config, assignment, source.name, rows, out, scratch, list(points))
+        report(out, rows, source, scratch)
         return rows
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def record(cd, config, assignment: str, notebook: str, rows: list[dict], out: Path, scratch: Path) -> None:
-    """The rows into the course's gradebook and folders; nbgrader's generate_assignment first, as formgrader needs."""
-    with step("recording the grades in the course's gradebook"), \
-            exclusive(Path(cd.root) / ".autograder-gradebook.lock"):  # one batch at a time writes it
-        in_child(generate_assignment, config, assignment, None, cd.db_url, scratch / "course-release")
-        in_child(record_in_gradebook, cd, assignment, notebook, rows, out)
+def record(cd, config, assignment: str, notebook: str, rows: list[dict], out: Path, scratch: Path,
+           grade_ids: list[str]) -> list[dict]:
+    """The rows into the course's gradebook and folders, then grades.csv again as the gradebook has them (scores
+    entered by hand, late penalties)."""
+    with step("recording the grades in the course's gradebook"):
+        rows = gradebook.record(cd, config, assignment, notebook, rows, out, scratch)
+    write_table(out / "grades.csv", rows, grade_ids)
+    return rows
+
+
+def report(out: Path, rows: list[dict], source: Path, scratch: Path) -> None:
+    """report.html from the rows as grades.csv has them (after the gradebook: scores by hand, late penalties)."""
+    def draw():
+        # matplotlib keeps its font cache in the batch's scratch folder: grading writes nothing into HOME
+        os.environ["MPLCONFIGDIR"] = str(scratch / "matplotlib")
+        write_report(out / "report.html", rows, source)
+
+    with step("writing report.html"):
+        in_child(draw)
 
 
 def shard_outputs(folders: list[Path]) -> list[Path]:
@@ -398,7 +355,8 @@ def merge(folders: list[Path], out: Path | None, course: Path, settings: dict) -
         write_table(out / "grades.csv", rows, list(points_of(source)))
         scratch = Path(tempfile.mkdtemp(prefix="autograder-merge-"))
         try:
-            record(cd, config, assignment, source.name, rows, out, scratch)
+            rows = record(cd, config, assignment, source.name, rows, out, scratch, list(points_of(source)))
+            report(out, rows, source, scratch)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     summarise(rows, out, time.perf_counter() - wall, config)
@@ -414,9 +372,17 @@ def summarise(rows: list[dict], out: Path, seconds: float, config: Config, shard
     if config.SandboxedKernelManager.get("unfenced", False):
         print("UNFENCED: student code ran without the sandbox, with your permissions (--unfenced)", file=sys.stderr)
     print(f"grades: {out / 'grades.csv'}\nfeedback: {out / 'feedback'}/<student>.html", file=sys.stderr)
+    print(f"report: {out / 'report.html'}", file=sys.stderr)
     if shard:
         print(f"shard {shard[0]} of {shard[1]}: not yet in the gradebook; once every shard is done, "
               "`python -m autograder merge` their output folders", file=sys.stderr)
     else:
-        print(f"recorded in the course's gradebook ({config.CourseDirectory.get('db_url', 'nbgrader default')})",
-              file=sys.stderr)
+        url = config.CourseDirectory.get("db_url", "")
+        shown = make_url(url).render_as_string(hide_password=True) if url else "nbgrader's default"
+        print(f"recorded in the course's gradebook ({shown})", file=sys.stderr)
+        late = [r for r in rows if r.get("seconds_late")]
+        if late:
+            print(f"{len(late)} handed in late, {sum(r.get('late_penalty', 0) for r in late):g} points taken off "
+                  "(nbgrader's LateSubmissionPlugin)", file=sys.stderr)
+        if any(r.get("timestamp") and r.get("secret") for r in rows):
+            print("feedback of the exchange's hand-ins is ready for `nbgrader release_feedback`", file=sys.stderr)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MAX_BYTES = 50 * 2**20  # a notebook larger than this is not a course notebook (and a zip bomb stops here)
+MAX_NOTE_BYTES = 1024  # a timestamp.txt or submission_secret.txt is a line; more is not read
 SAFE_ID = re.compile(r"[A-Za-z0-9@._+-]+")
 
 
@@ -16,6 +17,8 @@ class Submission:
     student_id: str
     path: Path | None  # None: nothing to grade, see `message`
     message: str = ""
+    timestamp: str = ""  # from nbgrader's exchange: when it was submitted (timestamp.txt), as the student's side wrote it
+    secret: str = ""  # and the submission's secret (submission_secret.txt), which names its feedback in the exchange
 
 
 def student_id_of(name: str) -> str:
@@ -38,7 +41,8 @@ def pick(student_id: str, notebooks: list[Path], wanted: str) -> Submission:
 
 
 def notebooks_under(folder: Path) -> list[Path]:
-    return [p for p in sorted(folder.rglob("*.ipynb")) if p.is_file()
+    """The notebooks in a student's folder; a link is not one (it could name another student's hand-in)."""
+    return [p for p in sorted(folder.rglob("*.ipynb")) if p.is_file() and not p.is_symlink()
             and not any(part.startswith((".", "__MACOSX")) for part in p.relative_to(folder).parts)]
 
 
@@ -53,6 +57,31 @@ def from_folder(folder: Path, wanted: str) -> list[Submission]:
         elif entry.suffix == ".ipynb":
             by_student.setdefault(student_id_of(entry.stem), []).append(entry)
     return [pick(sid, paths, wanted) for sid, paths in by_student.items()]
+
+
+def note(folder: Path, name: str) -> str:
+    """The first MAX_NOTE_BYTES of a small text file the exchange keeps beside a notebook, stripped ("" if none)."""
+    try:
+        with open(folder / name, "rb") as f:
+            return f.read(MAX_NOTE_BYTES).decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def from_course(submitted: Path, assignment: str, wanted: str) -> list[Submission]:
+    """nbgrader's own layout, as `nbgrader collect` leaves it: `alice/02_autograd/02_autograd.ipynb` beside
+    timestamp.txt and submission_secret.txt; students without a folder for this assignment did not hand it in."""
+    if not submitted.is_dir():
+        raise SystemExit(f"{submitted}: no submitted folder in the course (has `nbgrader collect` run?)")
+    found = []
+    for entry in sorted(submitted.iterdir()):
+        folder = entry / assignment
+        if entry.name.startswith(".") or not folder.is_dir():
+            continue
+        s = pick(student_id_of(entry.name), notebooks_under(folder), wanted)
+        s.timestamp, s.secret = note(folder, "timestamp.txt"), note(folder, "submission_secret.txt")
+        found.append(s)
+    return sorted(found, key=lambda s: s.student_id)
 
 
 def from_zip(archive: Path, wanted: str, pattern: str | None, scratch: Path) -> list[Submission]:

@@ -5,22 +5,28 @@ Once hidden tests have reached the kernel, student code may have recorded them, 
 on, the feedback keeps, for each test cell, whether it failed, the exception's name (a built-in one, else "Error")
 and the message only if it is one the instructor wrote in that cell, with the values filled into it left out.
 Earlier cells keep their outputs: the execute step (execute.py) stops later messages from changing them.
+The first cell then sums up each exercise (ExerciseSummary), from the outputs as the feedback shows them.
 """
 
 import ast
 import builtins
+import html
 import re
 
 from nbformat import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from torchcourse.check import HIDDEN  # the one definition of the hidden-test markers
+from torchcourse.check import HIDDEN, answer_cells, grading, test_cells  # HIDDEN: the one definition of the markers
 
 from .execute import FINDINGS, is_test
+from .notebook import exercise_name, first_failure
 
 NOTICE = "# Hidden tests ran here when your notebook was graded; their code is not shown.\n"
 WITHHELD = "(output not shown: it was made after hidden tests had run)"
 UNKNOWN_MESSAGE = "(message not shown: it is not one of this test's own)"
+# Characters markdown would read as markup, written as entities so that a message shows as it is (html.escape does
+# &, <, >): a table's column bar, emphasis, code, links, math, escapes.
+MARKDOWN_LITERAL = str.maketrans({c: f"&#{ord(c)};" for c in "|*_`[]$\\~#!"})
 ERROR_NAMES = {name for name, value in vars(builtins).items() if isinstance(value, type)
                and issubclass(value, BaseException)} | {"CellTimeoutError", "DeadKernelError"}
 
@@ -91,4 +97,32 @@ class HideHiddenTests(NbGraderPreprocessor):
                 cell.outputs = [verdict(errors[0], message_templates(source))] if errors else []
             elif cell.outputs:
                 cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=WITHHELD + "\n")]
+        return nb, resources
+
+
+def literal(text: str) -> str:
+    """Text for a markdown cell, shown as it is: HTML escaped (markdown passes raw HTML through), markup neutral."""
+    return html.escape(text, quote=False).translate(MARKDOWN_LITERAL)  # quote=True would write "&#x27;", with a #
+
+
+class ExerciseSummary(NbGraderPreprocessor):
+    """Feedback preprocessor, after GetGrades and HideHiddenTests: a first cell with each exercise's points and first
+    failure, read from the cells as this feedback shows them (so it holds nothing the feedback hides)."""
+
+    def preprocess(self, nb, resources):
+        rows = []
+        for answer in answer_cells(nb):
+            tests = test_cells(nb, grading(answer)["grade_id"])
+            earned = sum(float(grading(t).get("score") or 0) for t in tests)  # GetGrades set score and points
+            possible = sum(float(grading(t).get("points") or 0) for t in tests)
+            failure = first_failure(tests)
+            said = f"<code>{literal(failure)}</code>" if failure else "passed" if earned >= possible else "—"
+            rows.append(f"| {literal(exercise_name(nb, answer))} | {earned:g} / {possible:g} | {said} |")
+        if rows:
+            ids, cell_id = {cell.get("id") for cell in nb.cells}, "exercise-summary"
+            while cell_id in ids:  # a cell's id is unique in its notebook, and a student may have named one so
+                cell_id += "-"
+            table = "\n".join(["## Your results, exercise by exercise", "",
+                               "| exercise | points | first failure |", "|---|---|---|", *rows])
+            nb.cells.insert(0, NotebookNode(cell_type="markdown", id=cell_id, metadata={}, source=table))
         return nb, resources

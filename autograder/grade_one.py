@@ -20,6 +20,7 @@ import nbformat
 from nbgrader.api import Gradebook
 from nbgrader.converters import Autograde, GenerateFeedback
 from nbgrader.coursedir import CourseDirectory
+from nbgrader.utils import parse_utc
 from sqlalchemy.exc import SAWarning
 from traitlets.config import Config, PyFileConfigLoader
 
@@ -55,6 +56,9 @@ class Job:
     points: dict[str, float] = field(default_factory=dict)  # grade_id -> points of every graded cell
     others: dict[str, list[str]] = field(default_factory=dict)  # grade_ids of other assignments, to name a wrong hand-in
     note: str = ""  # what finding the notebook taught us (several copies handed in, say), for the message
+    timestamp: str = ""  # from nbgrader's exchange: when it was submitted ("" if unknown: never late)
+    secret: str = ""  # from nbgrader's exchange: kept beside the feedback, which release_feedback names after it
+    due: str = ""  # the student's due date (extension included), ISO, from the course's gradebook ("" if none)
 
 
 def release_of(job: Job):
@@ -67,7 +71,8 @@ def release_of(job: Job):
 def not_graded(job: Job, status: str, message: str, sha256: str = "") -> Result:
     cells = {gid: {"score": 0.0, "max_score": points, "needs_manual_grade": False} for gid, points in job.points.items()}
     return Result(job.student_id, job.assignment, job.notebook, status, message, 0.0,
-                  sum(c["max_score"] for c in cells.values()), cells, {}, sha256)
+                  sum(c["max_score"] for c in cells.values()), cells, {}, sha256, timestamp=job.timestamp,
+                  secret=job.secret)
 
 
 def course_config(job: Job, root: Path) -> Config:
@@ -116,6 +121,14 @@ def prepare(job: Job, nb) -> Path:
     target = root / "submitted" / job.student_id / job.assignment / job.notebook
     target.parent.mkdir(parents=True)
     nbformat.write(nb, target)
+    # nbgrader's autograde records the time and its AssignLatePenalties step prices it against the due date; both
+    # files then travel with the notebook to autograded/ and feedback/
+    for name, content in (("timestamp.txt", job.timestamp), ("submission_secret.txt", job.secret)):
+        if content:
+            (target.parent / name).write_text(content)
+    if job.due:
+        with Gradebook(f"sqlite:///{root}/gradebook.db") as gb:
+            gb.update_or_create_assignment(job.assignment, duedate=parse_utc(job.due))
     return root
 
 
@@ -163,14 +176,19 @@ def problems_in(nb, timeout: int, memory_gib: float | None) -> list[tuple[str, s
     return found
 
 
-def scores(job: Job) -> tuple[dict, dict]:
-    """Grades and automatic comments from the scratch gradebook."""
+def scores(job: Job, graded) -> tuple[dict, dict, float, float]:
+    """Grades and automatic comments from the scratch gradebook, with each graded cell's first failure; seconds late
+    and the late penalty."""
+    failures = {gid: notebook.first_failure([cell]) for cell in graded.cells if (gid := notebook.grade_id(cell))}
     with Gradebook(f"sqlite:///{job.scratch}/gradebook.db") as gb:
         submitted = gb.find_submission_notebook(Path(job.notebook).stem, job.assignment, job.student_id)
         cells = {g.name: {"score": float(g.score), "max_score": float(g.max_score),
-                          "needs_manual_grade": bool(g.needs_manual_grade)} for g in submitted.grades}
+                          "needs_manual_grade": bool(g.needs_manual_grade), "message": failures.get(g.name, "")}
+                 for g in submitted.grades}
         comments = {c.name: c.auto_comment for c in submitted.comments if c.auto_comment}
-    return cells, comments
+        late = float(gb.find_submission(job.assignment, job.student_id).total_seconds_late)
+        penalty = float(submitted.late_submission_penalty or 0)
+    return cells, comments, late, penalty
 
 
 def feedback(job: Job) -> None:
@@ -200,10 +218,19 @@ def grade(job: Job) -> Result:
     sha = hashlib.sha256(data).hexdigest()
     release = release_of(job)
     try:
+        if job.timestamp:
+            try:
+                parse_utc(job.timestamp)
+            except (ValueError, OverflowError):
+                raise notebook.Invalid("its timestamp.txt does not hold a time: when it was handed in is unknown, "
+                                       "so a human must decide") from None
         nb = notebook.parse(data)
         notebook.check_assignment(nb, job.assignment, release, {k: set(v) for k, v in job.others.items()})
     except notebook.Invalid as why:
         return not_graded(job, "invalid", str(why), sha)
+    if notebook.holds_sources(nb):
+        return not_graded(job, "invalid", "it holds the assignment's solution or hidden-test markers: a copy of the "
+                                           "instructor's sources, not a hand-in; a human should look", sha)
     notebook.normalise(nb, release)
     twice = notebook.deduplicate(nb)
     restored = notebook.restore_missing_cells(nb, release)
@@ -231,14 +258,15 @@ def grade(job: Job) -> Result:
         n = execute.left_running
         notes.append(f"the notebook left {n} process{'es' if n > 1 else ''} running after grading; "
                      f"{'they were' if n > 1 else 'it was'} stopped")
-    cells, comments = scores(job)
+    cells, comments, late, penalty = scores(job, graded)
     feedback(job)
     shutil.copy(Path(job.scratch) / "autograded" / job.student_id / job.assignment / job.notebook,
                 Path(job.out) / "autograded" / f"{job.student_id}.ipynb")
     status = problems[0][0] if problems else "graded"
     result = Result(job.student_id, job.assignment, job.notebook, status, "; ".join([p[1] for p in problems] + notes),
-                    sum(c["score"] for c in cells.values()), sum(c["max_score"] for c in cells.values()),
-                    cells, comments, sha)
+                    sum(c["score"] for c in cells.values()) - penalty, sum(c["max_score"] for c in cells.values()),
+                    cells, comments, sha, timestamp=job.timestamp, secret=job.secret, seconds_late=late,
+                    late_penalty=penalty)
     result.execute_seconds = round(execute.execute_seconds, 2)
     result.check_seconds = round(execute.check_seconds, 2)
     return result

@@ -12,6 +12,12 @@ from torchcourse.check import grading
 from .collect import MAX_BYTES
 
 CELL_ID = re.compile(r"^[a-zA-Z0-9-_]{1,64}$")
+HEADING = re.compile(r"^#{1,6}\s+(.*?)[\s#]*$")
+POINTS_NOTE = re.compile(r"\s*\(\d+(\.\d+)?\s+points?\)$")  # "Exercise 3: GELU (4 points)"
+NAME_CHARS = 80  # an exercise's name is cut to this many characters
+# nbgrader's source markers, which the release strips: a hand-in holding them is a copy of the instructor's sources
+SOURCE_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) (SOLUTION|HIDDEN TESTS)", re.M)
+MESSAGE_CHARS = 200  # a failure message, in the results and the feedback's summary, is cut to this many characters
 
 
 class Invalid(Exception):
@@ -65,6 +71,12 @@ def check_assignment(nb, assignment: str, release, others: dict[str, set[str]]) 
             raise Invalid(f"this is the notebook of {other}, not of {assignment}: was the wrong file handed in?")
     raise Invalid(f"none of {assignment}'s exercise cells is in this notebook: was it re-created from scratch, "
                   "or its cells copied without their metadata?")
+
+
+def holds_sources(nb) -> bool:
+    """Whether a hand-in holds solution or hidden-test markers: the instructor's source notebook (`nbgrader collect`,
+    run by the instructor, follows a link a student put in the exchange), not a student's work."""
+    return any(cell.cell_type == "code" and SOURCE_MARKER.search(cell.source) for cell in nb.cells)
 
 
 def normalise(nb, release) -> None:
@@ -121,3 +133,33 @@ def restore_missing_cells(nb, release) -> list[str]:
         present.add(gid)
         restored.append(gid)
     return restored
+
+
+def heading_of(markdown: str) -> str:
+    """A markdown cell's last heading (else its first line), as plain text for a table or a report."""
+    lines = [line.strip() for line in markdown.splitlines() if line.strip()]
+    headings = [m.group(1) for line in lines if (m := HEADING.match(line))]
+    text = headings[-1] if headings else lines[0] if lines else ""
+    text = POINTS_NOTE.sub("", re.sub(r"[`*]", "", text))  # the points are shown beside the name, from the grades
+    return text if len(text) <= NAME_CHARS else text[:NAME_CHARS - 1] + "…"
+
+
+def exercise_name(nb, answer) -> str:
+    """An exercise's name for people: its answer cell's grade_id and the markdown cell nearest above that cell
+    ("ex3_gelu — Exercise 3: GELU as an autograd.Function"); the grade_id alone where there is none."""
+    at = next(i for i, cell in enumerate(nb.cells) if cell is answer)
+    for cell in reversed(nb.cells[:at]):
+        if grading(cell).get("solution"):
+            break  # the text above an earlier exercise names that one
+        if cell.cell_type == "markdown" and (text := heading_of(cell.source)):
+            return f"{grade_id(answer)} — {text}"
+    return grade_id(answer)
+
+
+def first_failure(cells) -> str:
+    """The first error in these cells' outputs as one line ("AssertionError: ..."), cut to MESSAGE_CHARS; "" if none."""
+    for output in (o for cell in cells for o in cell.get("outputs", [])):
+        if output.get("output_type") == "error":
+            line = (f"{output.get('ename', 'Error')}: {output.get('evalue', '')}".strip().splitlines() or [""])[0]
+            return line if len(line) <= MESSAGE_CHARS else line[:MESSAGE_CHARS - 1] + "…"
+    return ""

@@ -1,9 +1,14 @@
-"""Processes a notebook leaves behind: found through /proc, and stopped."""
+"""Processes: a step run in a forked child, a lock between runs, and what a notebook leaves behind (found through
+/proc, and stopped)."""
 
 import ctypes
+import fcntl
+import multiprocessing
 import os
 import signal
 import time
+from contextlib import contextmanager
+from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -77,3 +82,37 @@ def stop_descendants(pid: int, spare: set[int] = frozenset()) -> int:
         stopped += len(tree)
         time.sleep(0.02)
     return stopped
+
+
+def in_child(function, *args):
+    """`function(*args)` in a forked process, and its return value: this process never holds a database connection
+    across a fork (a child sharing its parent's connection corrupts both)."""
+    ctx = multiprocessing.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+
+    def target():
+        send.send(function(*args))
+
+    process = ctx.Process(target=target)
+    process.start()
+    send.close()
+    try:
+        value = receive.recv()
+    except EOFError:  # it failed before sending: its traceback is on stderr
+        value = None
+    process.join()
+    if process.exitcode:
+        raise RuntimeError(f"{function.__name__} ended with exit code {process.exitcode}; see the messages above")
+    return value
+
+
+@contextmanager
+def exclusive(path: Path, busy: str | None = None):
+    """Hold a lock on `path` (a file) for the block: wait for it, or with `busy`, SystemExit(busy) if it is held."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (fcntl.LOCK_NB if busy else 0))
+        except BlockingIOError:
+            raise SystemExit(busy) from None
+        yield

@@ -8,7 +8,8 @@ from pathlib import Path
 
 STATUSES = ("graded", "tampered", "timeout", "crashed", "invalid", "missing")  # what each means: README.md
 NEEDS_REVIEW = ("tampered", "timeout", "crashed", "invalid")  # flagged for manual grading in the gradebook
-FIXED_COLUMNS = ["student_id", "assignment", "notebook", "score", "max_score", "status", "message"]
+FIXED_COLUMNS = ["student_id", "assignment", "notebook", "score", "max_score", "status", "message", "timestamp",
+                 "seconds_late", "late_penalty", "graded_by_hand"]
 
 
 @dataclass
@@ -19,14 +20,18 @@ class Result:
     notebook: str
     status: str  # one of STATUSES
     message: str
-    score: float = 0.0
+    score: float = 0.0  # late penalty taken off
     max_score: float = 0.0
-    cells: dict = field(default_factory=dict)  # grade_id -> {"score", "max_score", "needs_manual_grade"}
+    cells: dict = field(default_factory=dict)  # grade_id -> {"score", "max_score", "needs_manual_grade", "message"}
     comments: dict = field(default_factory=dict)  # answer grade_id -> nbgrader's automatic comment
     sha256: str = ""  # of the file graded: an unchanged file is not graded again
     seconds: float = 0.0  # wall time of the whole grading
     execute_seconds: float = 0.0  # of which running the notebook's cells
     check_seconds: float = 0.0  # and the integrity checks around its tests
+    timestamp: str = ""  # when it was submitted, from nbgrader's exchange ("" for a folder or a zip)
+    secret: str = ""  # the exchange's submission secret: its feedback is released under a name made from it
+    seconds_late: float = 0.0  # after the due date (the student's extension included) in the gradebook
+    late_penalty: float = 0.0  # points the course's LateSubmissionPlugin took off
 
 
 def write_result(path: Path, result: dict) -> None:
@@ -46,13 +51,16 @@ def read_result(path: Path) -> dict | None:
 
 
 def write_table(path: Path, rows: list[dict], grade_ids: list[str]) -> None:
-    """grades.csv: one row per student and notebook, then one column per graded cell; replaced whole."""
+    """grades.csv: one row per student and notebook, then one column per graded cell; replaced whole. A cell's score
+    is the one an instructor entered by hand where there is one (its grade_id is then in `graded_by_hand`)."""
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(FIXED_COLUMNS + grade_ids)
         for r in rows:
+            by_hand = " ".join(g for g in grade_ids if r["cells"].get(g, {}).get("by_hand"))
             writer.writerow([r["student_id"], r["assignment"], r["notebook"], f"{r['score']:g}", f"{r['max_score']:g}",
-                             r["status"], r["message"]] + [f"{r['cells'][g]['score']:g}" if g in r["cells"] else ""
-                                                          for g in grade_ids])
+                             r["status"], r["message"], r.get("timestamp", ""), f"{r.get('seconds_late', 0):g}",
+                             f"{r.get('late_penalty', 0):g}", by_hand]
+                            + [f"{r['cells'][g]['score']:g}" if g in r["cells"] else "" for g in grade_ids])
     os.replace(tmp, path)

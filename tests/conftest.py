@@ -14,12 +14,20 @@ def pytest_configure(config):
 
 
 def pytest_runtest_setup(item):
-    """Tests marked `sandbox` grade in bubblewrap sandboxes: where one cannot start, skip, but fail in CI."""
+    """Tests marked `sandbox` grade in bubblewrap sandboxes, those marked `postgres` use a PostgreSQL server: where
+    one cannot start, skip, but fail in CI."""
     if item.get_closest_marker("sandbox"):
         from autograder.kernel import sandbox_problem
-        problem = sandbox_problem()
-        if problem:
-            reason = f"grading needs the sandbox, which cannot start here ({problem})"
-            if os.environ.get("CI"):  # .ci/run sets it: CI must not pass without the grader's sandbox
-                pytest.fail(reason)
-            pytest.skip(reason)
+        require("grading needs the sandbox", sandbox_problem())
+    if item.get_closest_marker("postgres"):
+        import postgres
+        require("the test needs a PostgreSQL server", postgres.problem())
+
+
+def require(need: str, problem: str | None):
+    """Skip the test where `problem` says why what it needs cannot start here; fail it in CI."""
+    if problem:
+        reason = f"{need}, which cannot start here ({problem})"
+        if os.environ.get("CI"):  # .ci/run sets it: CI must not pass without what the tests need
+            pytest.fail(reason)
+        pytest.skip(reason)

@@ -196,12 +196,14 @@ def private_env(folder: Path, **extra: str) -> dict[str, str]:
     return dict(os.environ, HOME=str(folder / "home"), TMPDIR=str(folder / "tmp"), **extra)
 
 
-def grade(course: Path, submissions: Path, *args: str, env: dict | None = None, check: bool = True,
+def grade(course: Path, submissions: Path | None, *args: str, env: dict | None = None, check: bool = True,
           timeout: int = 900) -> subprocess.CompletedProcess:
     """`python -m autograder grade` as an instructor runs it (from the repository), on a scratch course, with the
-    course's time limit unless `args` set one (a class with an endless loop does, to wait less for it)."""
+    course's time limit unless `args` set one (a class with an endless loop does, to wait less for it). Without
+    `submissions`, it grades what `nbgrader collect` put in the course."""
     env = env or private_env(course.parent / f"env-{course.name}")
-    result = subprocess.run([sys.executable, "-m", "autograder", "grade", ASSIGNMENT, str(submissions),
+    given = [str(submissions)] if submissions else []
+    result = subprocess.run([sys.executable, "-m", "autograder", "grade", ASSIGNMENT, *given,
                              "--jobs", "2", "--course", str(course), *args],
                             cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
     if check:

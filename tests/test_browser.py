@@ -325,3 +325,55 @@ def test_validate_button_passes_an_answer_typed_in_the_editor(browser, lab):
         assert docstring[f"{unanswered}_tests"] in shown, f"Validate does not report the unanswered {unanswered} (see {shot})"
     finally:
         shutil.rmtree(folder)
+
+
+HOSTILE_MESSAGE = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
+REPORT_JS = """() => ({
+  scripts: document.scripts.length, pwned: window.pwned ?? null, text: document.body.innerText,
+  statuses: Object.fromEntries([...document.querySelectorAll('table.statuses tr[data-status]')]
+    .map(tr => [tr.dataset.status, +tr.dataset.count])),
+  exercises: [...document.querySelectorAll('section.exercise')].map(s => {
+    const svg = s.querySelector('figure.distribution svg'), box = svg?.getBoundingClientRect();
+    return {id: s.dataset.exercise, full: +s.dataset.full, partial: +s.dataset.partial, none: +s.dataset.none,
+            width: box?.width || 0, height: box?.height || 0, marks: svg ? svg.querySelectorAll('path').length : 0,
+            failures: [...s.querySelectorAll('ol.failures li')].map(li => [li.querySelector('code').textContent, +li.dataset.count])};
+  }),
+})"""
+
+
+def test_report_of_a_graded_class_in_chromium(browser, tmp_path):
+    """report.html of a graded class: a plot drawn per exercise, counts that agree with grades.csv, and a failure
+    message carrying markup shown as text, never run."""
+    from collections import Counter
+
+    from handins import FIRST, exercise_points, grade, handin, right, rows_of, scratch_course, write, write_folder
+    class_ = {"right": write(right()), "also_right": write(right()), "unedited": write(handin()),
+              "wrong": write(right(**{FIRST: "def mean(xs):\n    return 0"})),
+              "hostile": write(right(**{FIRST: f"def mean(xs):\n    raise ValueError({HOSTILE_MESSAGE!r})"})),
+              "not_json": "not json"}
+    course = scratch_course(tmp_path / "course")
+    out = tmp_path / "out"
+    grade(course, write_folder(tmp_path / "submissions", class_), "--out", str(out))
+    rows = rows_of(out)
+    page = browser.new_page(viewport=VIEWPORT)
+    try:
+        page.goto((out / "report.html").as_uri())
+        shown = page.evaluate(REPORT_JS)
+        shot = SHOTS / "report.png"
+        page.screenshot(path=shot, full_page=True)
+    finally:
+        page.close()
+    assert shown["scripts"] == 0 and shown["pwned"] is None, f"a hand-in's message ran as code in the report ({shot})"
+    assert HOSTILE_MESSAGE in shown["text"], f"the hostile message is not shown as text ({shot})"
+    assert shown["statuses"] == dict(Counter(r["status"] for r in rows.values())), shot
+    exercises = {e["id"]: e for e in shown["exercises"]}
+    assert list(exercises) == [FIRST, "ex2_clip"], shot
+    for gid, seen in exercises.items():
+        assert seen["width"] > 100 and seen["height"] > 50 and seen["marks"] > 5, f"{gid}: no plot drawn ({shot})"
+        points = [exercise_points(r, gid) for r in rows.values() if r["status"] != "missing"]
+        expected = Counter("full" if got >= best else "none" if got == 0 else "partial" for got, best in points)
+        assert (seen["full"], seen["partial"], seen["none"]) == \
+            (expected["full"], expected["partial"], expected["none"]), f"{gid} ({shot})"
+    failures = dict(exercises[FIRST]["failures"])
+    assert any(HOSTILE_MESSAGE in message for message in failures), failures
+    assert sum(failures.values()) >= 2, f"wrong and hostile fail {FIRST}, each counted ({shot})"

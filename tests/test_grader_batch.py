@@ -14,7 +14,7 @@ from autograder.execute import NOT_RUN
 from course import ROOT, nbgrader, read
 from handins import (ASSIGNMENT, CHILDREN, FIRST, MEMORY_HOG, NOISY, NOTEBOOK, OTHER, SECOND, STUBBORN_LOOP, WIDGETS,
                      colab, exercise_points, grade, handin, hidden_lines, html_text, leaked, release, replace_cell,
-                     right, right_answers, rows_of, scratch_course, without_cells, write, write_folder, write_zip)
+                     right, right_answers, rows_of, scratch_course, source, without_cells, write, write_folder, write_zip)
 
 pytestmark = [pytest.mark.xdist_group("grader-batch"), pytest.mark.sandbox, pytest.mark.slow]  # one worker grades the class once; the tests read its results
 WRONG_MEAN = "def mean(xs):\n    return sum(xs) / (len(xs) + 1)"
@@ -37,6 +37,7 @@ EXPECTED = {
     "truncated": ("invalid", {FIRST, SECOND}, "cut off"),
     "other_assignment": ("invalid", {FIRST, SECOND}, OTHER),
     "empty": ("invalid", {FIRST, SECOND}, "empty"),
+    "sources": ("invalid", {FIRST, SECOND}, "instructor's sources"),
     "tests_edited": ("graded", {FIRST}, ""),
     "tests_deleted": ("graded", {FIRST}, "put back"),
     "tests_duplicated": ("graded", {FIRST}, "more than once"),
@@ -69,6 +70,7 @@ def broken_class() -> dict[str, str | None]:
         "truncated": write(right())[:1500],
         "other_assignment": write(release(OTHER)),
         "empty": json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}),
+        "sources": write(source()),  # the solution notebook itself, as a link in the exchange brings it
         "tests_edited": write(replace_cell(replace_cell(wrong, FIRST_TESTS[0], "pass"), FIRST_TESTS[1], "pass")),
         "tests_deleted": write(without_cells(wrong, set(FIRST_TESTS))),
         "tests_duplicated": write(replace_cell(wrong, FIRST_TESTS[1], "pass", duplicate_first=True)),
@@ -127,7 +129,8 @@ def test_table_has_the_promised_columns_and_a_summary(graded):
     _, _, out, rows, stderr = graded
     header = next(csv.reader(open(out / "grades.csv")))
     cells = [f"{FIRST}_tests", f"{FIRST}_hidden", f"{SECOND}_tests", f"{SECOND}_hidden"]
-    assert header == ["student_id", "assignment", "notebook", "score", "max_score", "status", "message"] + cells
+    assert header == ["student_id", "assignment", "notebook", "score", "max_score", "status", "message", "timestamp",
+                      "seconds_late", "late_penalty", "graded_by_hand"] + cells
     assert sorted(rows) == sorted(EXPECTED)
     assert f"{len(EXPECTED)} students:" in stderr and "mean score" in stderr and "ETA" in stderr
 
@@ -159,7 +162,7 @@ def test_grades_reach_the_course_gradebook_and_nbgrader_export(graded):
         for student, row in rows.items():
             submitted = gb.find_submission_notebook(Path(NOTEBOOK).stem, ASSIGNMENT, student)
             assert submitted.score == float(row["score"]), student
-            assert submitted.needs_manual_grade == (row["status"] in ("timeout", "crashed", "invalid")), student
+            assert submitted.needs_manual_grade == (row["status"] in ("tampered", "timeout", "crashed", "invalid")), student
     assert (course / "autograder" / "autograded" / "right" / ASSIGNMENT / NOTEBOOK).exists()
     nbgrader("export", "--to", str(course / "export.csv"), cwd=course)
     exported = {r["student_id"]: r for r in csv.DictReader(open(course / "export.csv"))}
@@ -225,3 +228,19 @@ def test_three_shards_and_a_merge_make_what_one_run_made(graded, tmp_path):
     with Gradebook(f"sqlite:///{course}/autograder/gradebook.db") as gb:
         scores = {s: gb.find_submission_notebook(Path(NOTEBOOK).stem, ASSIGNMENT, s).score for s in some}
     assert scores == {s: float(rows[s]["score"]) for s in some}
+
+
+def test_feedback_opens_with_a_summary_of_each_exercise(graded):
+    """The feedback's first cell, a table before the notebook's own: each exercise's points and first failure."""
+    _, _, out, rows, _ = graded
+    page = (out / "feedback" / "wrong.html").read_text()
+    text = html_text(out / "feedback" / "wrong.html")
+    start, first_cell = text.index("Your results, exercise by exercise"), text.index("Basics: two small exercises")
+    summary = text[start:first_cell]
+    (got, best), (clip, clip_best) = exercise_points(rows["wrong"], FIRST), exercise_points(rows["wrong"], SECOND)
+    assert (got, clip) == (0, clip_best) and best > 0
+    assert f"{FIRST} — Exercise 1." in summary
+    assert f"0 / {best:g} AssertionError: mean([1, 2, 3]) should be 2" in summary
+    assert f"{SECOND} — Exercise 2." in summary and f"{clip_best:g} / {clip_best:g} passed" in summary
+    heading = page.index("Your results, exercise by exercise")
+    assert heading < page.index("<table", heading) < page.index("</table>", heading) < page.index("Basics: two small")

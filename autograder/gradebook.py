@@ -1,0 +1,176 @@
+"""The course's gradebook (SQLite or PostgreSQL): the one record of scores, which formgrader and `nbgrader export` read.
+
+A batch writes into it by nbgrader's own rules: SaveAutoGrades' (a score an instructor entered by hand is kept and
+the cell is marked for manual grading again) and AssignLatePenalties' (the course's late plugin, on the due date and
+extension in the gradebook). grades.csv is then read back from it, so the three cannot disagree.
+"""
+
+import shutil
+import warnings
+import zlib
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+
+from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.converters import GenerateAssignment
+from nbgrader.coursedir import CourseDirectory
+from nbgrader.preprocessors import AssignLatePenalties
+from nbgrader.utils import parse_utc
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SAWarning
+from sqlalchemy.pool import NullPool
+from traitlets.config import Config
+
+from .processes import exclusive, in_child
+from .results import NEEDS_REVIEW
+
+SUBMISSION_FILES = ("timestamp.txt", "submission_secret.txt")  # what nbgrader's exchange keeps beside a notebook
+
+
+def is_postgres(db_url: str) -> bool:
+    return make_url(db_url).get_backend_name() == "postgresql"
+
+
+@contextmanager
+def lock(cd: CourseDirectory):
+    """One batch at a time writes the gradebook: a PostgreSQL advisory lock (batches on several machines share the
+    server), else a lock file in the course folder."""
+    if not is_postgres(cd.db_url):
+        with exclusive(Path(cd.root) / ".autograder-gradebook.lock"):
+            yield
+        return
+    engine = create_engine(cd.db_url, poolclass=NullPool)
+    try:
+        with engine.connect() as connection:  # the lock is the session's: closing the connection releases it
+            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": zlib.crc32(cd.course_id.encode())})
+            yield
+    finally:
+        engine.dispose()
+
+
+def exists(cd: CourseDirectory) -> bool:
+    """Whether there is a gradebook to read (a SQLite file not yet made is not one; a server always is)."""
+    url = make_url(cd.db_url)
+    return url.get_backend_name() != "sqlite" or not url.database or (Path(cd.root) / url.database).exists()
+
+
+def generate_assignment(config: Config, assignment: str, root: Path | None, db_url: str, release: Path) -> None:
+    """nbgrader's generate_assignment: the student version into `release`, the tests into the gradebook at db_url."""
+    config = Config(config)
+    if root:
+        config.CourseDirectory.root, config.CourseDirectory.source_directory = str(root), "source"
+    config.CourseDirectory.release_directory = str(release)
+    config.CourseDirectory.db_url = db_url
+    config.CourseDirectory.assignment_id = assignment
+    config.BaseConverter.force = True
+    GenerateAssignment(coursedir=CourseDirectory(config=config), config=config).start()
+
+
+def read_due_dates(cd: CourseDirectory, assignment: str, students: list[str]) -> dict[str, str]:
+    """student -> the assignment's due date for them (their extension included), in ISO form; {} without a due date."""
+    if not exists(cd):
+        return {}
+    with Gradebook(cd.db_url, cd.course_id) as gb:
+        try:
+            due = gb.find_assignment(assignment).duedate
+        except MissingEntry:
+            return {}
+        if due is None:
+            return {}
+        found = {}
+        for sid in students:
+            try:
+                extension = gb.find_submission(assignment, sid).extension
+            except MissingEntry:
+                extension = None
+            found[sid] = (due + (extension or timedelta())).isoformat()
+    return found
+
+
+def due_dates(cd: CourseDirectory, assignment: str, students: list[str]) -> dict[str, str]:
+    with lock(cd):  # a first batch on an empty PostgreSQL database makes its tables: one at a time
+        return in_child(read_due_dates, cd, assignment, students)
+
+
+def time_of(timestamp: str):
+    """A submission time as nbgrader reads timestamp.txt, or None (none given, or not a time: the row says so)."""
+    try:
+        return parse_utc(timestamp) if timestamp else None
+    except (ValueError, OverflowError):
+        return None
+
+
+def write_rows(cd: CourseDirectory, config: Config, assignment: str, notebook: str, rows: list[dict],
+               out: Path) -> list[dict]:
+    """Put every row into the gradebook and the course's folders; return the rows as the gradebook now has them."""
+    warnings.simplefilter("ignore", SAWarning)  # nbgrader's own add_submission always sets SQLAlchemy off
+    late = AssignLatePenalties(config=config)
+    late.init_plugin()  # the course's LateSubmissionPlugin, as its nbgrader_config.py sets it
+    stem, seen = Path(notebook).stem, []
+    with Gradebook(cd.db_url, cd.course_id) as gb:
+        for r in rows:
+            sid = r["student_id"]
+            gb.update_or_create_student(sid)
+            when = {"timestamp": t} if (t := time_of(r.get("timestamp", ""))) else {}
+            submission = gb.update_or_create_submission(assignment, sid, **when)
+            nb = gb.find_submission_notebook(stem, assignment, sid)
+            flag = r["status"] in NEEDS_REVIEW
+            for grade in nb.grades:
+                cell = r["cells"].get(grade.name, {})
+                grade.auto_score = cell.get("score", 0.0)
+                # SaveAutoGrades' rule: a score entered by hand stays (it is the grade's score) and goes back to a human
+                grade.needs_manual_grade = flag or cell.get("needs_manual_grade", False) or grade.manual_score is not None
+            for comment in nb.comments:
+                comment.auto_comment = r["comments"].get(comment.name)
+            gb.db.commit()
+            # AssignLatePenalties' rule, with this session: none unless late, then the plugin's, within [0, score]
+            nb.late_submission_penalty = None
+            if submission.total_seconds_late > 0:
+                penalty = late.plugin_inst.late_submission_penalty(sid, nb.score, submission.total_seconds_late)
+                if penalty is not None:
+                    nb.late_submission_penalty = min(max(penalty, 0), nb.score)
+            gb.db.commit()
+            copy_files(cd, assignment, notebook, r, out)
+            seen.append(as_recorded(r, nb, submission))
+    return seen
+
+
+def as_recorded(r: dict, nb, submission) -> dict:
+    """A row as the gradebook has it: scores entered by hand win, late penalty taken off."""
+    cells = {g.name: {**r["cells"].get(g.name, {}), "score": float(g.score), "max_score": float(g.max_score),
+                      "needs_manual_grade": bool(g.needs_manual_grade), "by_hand": g.manual_score is not None}
+             for g in nb.grades}
+    penalty = float(nb.late_submission_penalty or 0)
+    return {**r, "cells": cells, "score": float(nb.score) - penalty, "max_score": float(nb.max_score),
+            "late_penalty": penalty, "seconds_late": float(submission.total_seconds_late)}
+
+
+def copy_files(cd: CourseDirectory, assignment: str, notebook: str, r: dict, out: Path) -> None:
+    """The notebook as handed in and as graded into the course's folders, with the exchange's timestamp and secret;
+    the feedback where `nbgrader release_feedback` looks, for a hand-in that came through the exchange."""
+    sid, root = r["student_id"], Path(cd.root)
+    extras = {"timestamp.txt": r.get("timestamp", ""), "submission_secret.txt": r.get("secret", "")}
+    html = Path(notebook).with_suffix(".html").name
+    exchange = all(extras.values())  # release_feedback needs both files, and fails without them
+    for folder, source, name in ((cd.submitted_directory, out / "submitted" / f"{sid}.ipynb", notebook),
+                                 (cd.autograded_directory, out / "autograded" / f"{sid}.ipynb", notebook),
+                                 (cd.feedback_directory, out / "feedback" / f"{sid}.html", html)):
+        if not source.exists() or (folder == cd.feedback_directory and not exchange):
+            continue
+        target = root / folder / sid / assignment
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, target / name)
+        for file, content in extras.items():
+            if content:
+                (target / file).write_text(content)
+
+
+def record(cd: CourseDirectory, config: Config, assignment: str, notebook: str, rows: list[dict], out: Path,
+           scratch: Path) -> list[dict]:
+    """The rows into the course's gradebook (its assignment made or updated first, as formgrader needs) and folders;
+    returns them as the gradebook has them."""
+    with lock(cd):
+        in_child(generate_assignment, config, assignment, None, cd.db_url, scratch / "course-release")
+        return in_child(write_rows, cd, config, assignment, notebook, rows, out)

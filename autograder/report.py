@@ -1,0 +1,163 @@
+"""report.html: the class at a glance for the instructor: statuses, each exercise's points and failures, slow hand-ins.
+
+One self-contained page (inline CSS and SVG, no script). Student ids and messages come from hand-ins, so every piece
+of text is escaped: the instructor opens this page in a browser.
+"""
+
+import html
+import io
+import re
+from collections import Counter
+from pathlib import Path
+
+import nbformat
+
+from torchcourse.check import answer_cells, grading, test_cells
+
+from .notebook import exercise_name
+from .results import STATUSES
+
+TOP_FAILURES = 5  # failure messages listed per exercise
+SLOWEST = 5  # hand-ins listed by grading time
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 60em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
+td.number { text-align: right; }
+section.exercise { border-top: 1px solid #ccc; margin-top: 1.5em; }
+figure.distribution { margin: 0.5em 0; }
+figure.distribution svg { max-width: 28em; height: auto; }
+code { background: #f4f4f4; padding: 0 0.2em; white-space: pre-wrap; word-break: break-word; }
+"""
+
+
+def text(value) -> str:
+    """Anything from a hand-in (an id, a message), as HTML text that cannot open a tag."""
+    return html.escape(str(value), quote=True)
+
+
+def students(n: int) -> str:
+    """'1 student', '2 students'."""
+    return f"{n} student{'' if n == 1 else 's'}"
+
+
+def exercises(source: Path) -> list[tuple[str, str, list[str], float]]:
+    """(answer grade_id, name, its test cells' grade_ids, points) of each exercise of the source notebook, in order."""
+    nb = nbformat.read(source, as_version=4)
+    found = []
+    for answer in answer_cells(nb):
+        tests = test_cells(nb, grading(answer)["grade_id"])
+        found.append((grading(answer)["grade_id"], exercise_name(nb, answer), [grading(t)["grade_id"] for t in tests],
+                      sum(float(grading(t).get("points", 0)) for t in tests)))
+    return found
+
+
+def points_on(row: dict, tests: list[str]) -> float:
+    """A student's points on one exercise: the sum over its test cells (a cell absent from the row scores 0)."""
+    return sum(float(row.get("cells", {}).get(gid, {}).get("score", 0)) for gid in tests)
+
+
+def distribution_svg(salt: str, points: list[float], best: float) -> str:
+    """A bar plot of how many students got each number of points, as an inline <svg> element."""
+    from matplotlib import rc_context  # only the report plots: the grader does not import matplotlib otherwise
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    counts = Counter(points)
+    whole = best == int(best) <= 20 and all(p == int(p) and 0 <= p <= best for p in counts)  # a bar for each point
+    values = [float(v) for v in range(int(best) + 1)] if whole else sorted(set(counts) | {0.0, best})
+    # A salt of the figure's own keeps the ids matplotlib makes stable from run to run and distinct between figures.
+    with rc_context({"svg.hashsalt": salt, "svg.fonttype": "none"}):
+        fig = Figure(figsize=(4.5, 2.2))
+        ax = fig.add_subplot()
+        bars = ax.bar([f"{v:g}" for v in values], [counts[v] for v in values], color="#4c72b0")
+        ax.bar_label(bars, fmt="%d")
+        ax.set_xlabel(f"points (of {best:g})")
+        ax.set_ylabel("students")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylim(0, max(counts.values(), default=0) * 1.2 + 1)
+        ax.spines[["top", "right"]].set_visible(False)
+        buffer = io.StringIO()
+        no_metadata = {"Date": None, "Creator": None, "Format": None, "Type": None}  # a date would change every run
+        fig.savefig(buffer, format="svg", bbox_inches="tight", metadata=no_metadata)
+    svg = buffer.getvalue()
+    svg = svg[svg.index("<svg"):]  # inline in HTML: no XML prolog, no doctype
+    # matplotlib names its elements "patch_1", "xtick_1"... in every figure alike, and nothing refers to those names:
+    # one page with several figures would repeat them. The ids that are referred to are hashes, salted per figure.
+    return re.sub(r' id="[\w.]+_\d+"', "", svg)
+
+
+def status_table(rows: list[dict]) -> str:
+    """Counts by status, with the students behind each."""
+    lines = ['<table class="statuses"><tr><th>status</th><th>students</th><th>who</th></tr>']
+    for status in STATUSES:
+        who = sorted(r["student_id"] for r in rows if r["status"] == status)
+        if who:
+            lines.append(f'<tr data-status="{status}" data-count="{len(who)}"><td>{status}</td>'
+                         f'<td class="number">{len(who)}</td><td>{", ".join(text(s) for s in who)}</td></tr>')
+    return "\n".join(lines + ["</table>"])
+
+
+def exercise_section(gid: str, name: str, tests: list[str], best: float, rows: list[dict]) -> str:
+    """One exercise: the distribution of points, full / partial / none, and the most common failures."""
+    points = [points_on(r, tests) for r in rows]
+    kinds = Counter("full" if p >= best else "none" if p <= 0 else "partial" for p in points)
+    full, partial, none = kinds["full"], kinds["partial"], kinds["none"]
+    failures = Counter(message for r in rows for message in
+                       {r.get("cells", {}).get(t, {}).get("message", "") for t in tests} if message)  # once a student
+    top = sorted(failures.items(), key=lambda item: (-item[1], item[0]))[:TOP_FAILURES]
+    listed = "\n".join(f'<li data-count="{n}"><code>{text(message)}</code> ({students(n)})</li>'
+                       for message, n in top)
+    return (f'<section class="exercise" data-exercise="{text(gid)}" data-full="{full}" data-partial="{partial}" '
+            f'data-none="{none}" data-students="{len(rows)}">\n<h3>{text(name)}</h3>\n'
+            f'<figure class="distribution">{distribution_svg(f"report-{gid}", points, best)}'
+            f"<figcaption>students by points on {text(gid)}</figcaption></figure>\n"
+            f"<p>full marks {full}, partial {partial}, none {none} (of {students(len(rows))}; {best:g} points)</p>\n"
+            + (f'<h4>most common failures</h4>\n<ol class="failures">\n{listed}\n</ol>\n' if top
+               else "<p>no test of this exercise failed</p>\n") + "</section>")
+
+
+def slowest_table(rows: list[dict]) -> str:
+    """The hand-ins that took longest to grade, with how much of it was running their cells."""
+    slow = sorted(rows, key=lambda r: (-r.get("seconds", 0), r["student_id"]))[:SLOWEST]
+    lines = ['<table class="slowest"><tr><th>student</th><th>status</th><th>grading (s)</th>'
+             "<th>running its cells (s)</th></tr>"]
+    lines += [f"<tr><td>{text(r['student_id'])}</td><td>{text(r['status'])}</td>"
+              f'<td class="number">{r.get("seconds", 0):.1f}</td>'
+              f'<td class="number">{r.get("execute_seconds", 0):.1f}</td></tr>' for r in slow]
+    return "\n".join(lines + ["</table>"])
+
+
+def summary(rows: list[dict]) -> str:
+    """The class in a sentence: students, mean score of the graded, late hand-ins."""
+    graded = [r for r in rows if r["status"] == "graded"]
+    mean = (f"{sum(r['score'] for r in graded) / len(graded):.2f} of {max(r['max_score'] for r in graded):g} points"
+            if graded else "-")
+    late = sorted((r for r in rows if r.get("seconds_late", 0) > 0), key=lambda r: r["student_id"])
+    said = f"<p>{len(rows)} students; mean score of the {len(graded)} graded: {mean}.</p>"
+    if late:
+        who = ", ".join(f"{text(r['student_id'])} (−{r.get('late_penalty', 0):g})" for r in late)
+        said += (f'\n<p class="late" data-count="{len(late)}">{len(late)} late, their scores with the late '
+                 f"penalty taken off: {who}</p>")
+    return said
+
+
+def write_report(path: Path, rows: list[dict], source: Path) -> None:
+    """report.html for the instructor, from grades.csv's rows and the assignment's source notebook; replaced whole."""
+    assignment = rows[0]["assignment"] if rows else source.parent.name
+    present = [r for r in rows if r["status"] != "missing"]
+    missing = len(rows) - len(present)
+    sections = [exercise_section(gid, name, tests, best, present) for gid, name, tests, best in exercises(source)]
+    page = "\n".join([
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{text(assignment)}: grading report</title><style>{STYLE}</style></head><body>",
+        f"<h1>{text(assignment)}</h1>", summary(rows),
+        "<h2>Statuses</h2>", status_table(rows),
+        "<h2>Exercises</h2>",
+        *([f"<p>{students(missing)} with no notebook (missing) left out of these statistics.</p>"] if missing else []),
+        *sections,
+        "<h2>Slowest hand-ins</h2>", slowest_table(rows),
+        "</body></html>", ""])
+    tmp = path.with_name(f".{path.name}.tmp")  # whole or not at all, as grades.csv
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,99 @@
+"""report.html from rows written by hand against the grader's test course: no grading, no sandbox."""
+
+import re
+
+import pytest
+
+from autograder.report import write_report
+from handins import ASSIGNMENT, COURSE, FIRST, NOTEBOOK, SECOND, html_text
+
+SOURCE = COURSE / "solutions" / ASSIGNMENT / NOTEBOOK
+POINTS = {f"{FIRST}_tests": 1, f"{FIRST}_hidden": 2, f"{SECOND}_tests": 1, f"{SECOND}_hidden": 2}  # the notebook's
+VISIBLE_MEAN = "AssertionError: mean([1, 2, 3]) should be 2"
+HIDDEN_MEAN = "AssertionError: the mean of [2.5] is 2.5, not 1.25"
+HOSTILE = "<script>alert(1)</script></svg>"
+
+
+def row(student: str, status: str = "graded", seconds: float = 1.0, **failed: str) -> dict:
+    """A result as results.Result writes it: full marks but for the cells named in `failed` (grade_id=message)."""
+    cells = {gid: {"score": 0.0 if gid in failed else float(points), "max_score": float(points),
+                   "needs_manual_grade": False, "message": failed.get(gid, "")} for gid, points in POINTS.items()}
+    if status != "graded":
+        cells = {gid: {**cell, "score": 0.0, "message": ""} for gid, cell in cells.items()}
+    return {"student_id": student, "assignment": ASSIGNMENT, "notebook": NOTEBOOK, "status": status, "message": "",
+            "score": sum(c["score"] for c in cells.values()), "max_score": 6.0, "seconds": seconds,
+            "execute_seconds": seconds / 2, "cells": cells}
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    """The report of a small class: (the page's HTML, what a reader sees)."""
+    rows = [row("right", seconds=3.0),
+            row("wrong", seconds=9.0, ex1_mean_tests=VISIBLE_MEAN, ex1_mean_hidden=HIDDEN_MEAN),
+            row("half", seconds=4.0, ex1_mean_hidden=HIDDEN_MEAN),
+            row("also_half", seconds=2.0, ex1_mean_hidden=HIDDEN_MEAN, ex2_clip_hidden=HOSTILE),
+            row("<b>mallory</b>", seconds=8.0, ex2_clip_tests=HOSTILE, ex2_clip_hidden=HOSTILE),
+            row("slow", "timeout", seconds=30.0),
+            row("gone", "missing", seconds=0.0)]
+    path = tmp_path_factory.mktemp("report") / "report.html"
+    write_report(path, rows, SOURCE)
+    return path.read_text(), html_text(path)
+
+
+def section(page: str, exercise: str) -> str:
+    """One exercise's <section> of the page."""
+    return re.search(rf'<section class="exercise" data-exercise="{exercise}".*?</section>', page, re.S).group(0)
+
+
+def test_statuses_are_counted_with_their_students(page):
+    """The status table counts each status and names the students behind it, missing ones included."""
+    html, text = page
+    assert '<tr data-status="graded" data-count="5">' in html
+    assert '<tr data-status="timeout" data-count="1">' in html and '<tr data-status="missing" data-count="1">' in html
+    assert "gone" in text and "slow" in text and "also_half" in text
+    assert "7 students" in text and "left out" in text
+
+
+def test_each_exercise_counts_full_partial_and_none_without_the_missing(page):
+    """Points per exercise are summed over its test cells; a missing student is not counted."""
+    html, _ = page
+    assert re.search(r'data-exercise="ex1_mean" data-full="2" data-partial="2" data-none="2" data-students="6"', html)
+    assert re.search(r'data-exercise="ex2_clip" data-full="3" data-partial="1" data-none="2" data-students="6"', html)
+    assert "ex1_mean — Exercise 1." in html  # named by its grade_id and the markdown above it
+
+
+def test_failures_are_counted_once_per_student_most_common_first(page):
+    """A message hit by a student in two test cells counts once for that student; the most common comes first."""
+    html, _ = page
+    mean = re.findall(r'<li data-count="(\d+)"><code>(.*?)</code>', section(html, FIRST))
+    assert mean == [("3", "AssertionError: the mean of [2.5] is 2.5, not 1.25"), ("1", VISIBLE_MEAN)]
+    clip = re.findall(r'<li data-count="(\d+)">', section(html, SECOND))
+    assert clip == ["2"]
+
+
+def test_text_from_hand_ins_is_escaped(page):
+    """A hostile message or student id shows as text and cannot open a tag or close the plot's svg."""
+    html, text = page
+    assert "<script" not in html and "<b>" not in html
+    assert html.count("</svg>") == html.count("<svg") == 2
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;&lt;/svg&gt;" in html
+    assert HOSTILE in text and "<b>mallory</b>" in text
+
+
+def test_one_plot_per_exercise_and_the_slowest_hand_ins(page):
+    """Each exercise has its own inline svg; the slowest hand-ins come last, slowest first, with their cells' time."""
+    html, _ = page
+    for exercise in (FIRST, SECOND):
+        assert section(html, exercise).count('<figure class="distribution"><svg') == 1
+    slowest = html[html.index("Slowest hand-ins"):]
+    students = re.findall(r"<tr><td>(.*?)</td>", slowest)
+    assert students == ["slow", "wrong", "&lt;b&gt;mallory&lt;/b&gt;", "half", "right"]
+    assert '<td class="number">30.0</td><td class="number">15.0</td>' in slowest
+
+
+def test_the_page_is_the_same_every_time(tmp_path):
+    """Written again from the same rows, the page is byte for byte the same (matplotlib's ids included)."""
+    rows = [row("right"), row("wrong", ex1_mean_tests=VISIBLE_MEAN)]
+    write_report(tmp_path / "a.html", rows, SOURCE)
+    write_report(tmp_path / "b.html", rows, SOURCE)
+    assert (tmp_path / "a.html").read_text() == (tmp_path / "b.html").read_text()
