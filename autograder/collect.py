@@ -6,6 +6,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .results import SECRET_FILE, TIMESTAMP_FILE
+
 MAX_BYTES = 50 * 2**20  # a notebook larger than this is not a course notebook (and a zip bomb stops here)
 MAX_NOTE_BYTES = 1024  # a timestamp.txt or submission_secret.txt is a line; more is not read
 SAFE_ID = re.compile(r"[A-Za-z0-9@._+-]+")
@@ -79,7 +81,7 @@ def from_course(submitted: Path, assignment: str, wanted: str) -> list[Submissio
         if entry.name.startswith(".") or not folder.is_dir():
             continue
         s = pick(student_id_of(entry.name), notebooks_under(folder), wanted)
-        s.timestamp, s.secret = note(folder, "timestamp.txt"), note(folder, "submission_secret.txt")
+        s.timestamp, s.secret = note(folder, TIMESTAMP_FILE), note(folder, SECRET_FILE)
         found.append(s)
     return sorted(found, key=lambda s: s.student_id)
 

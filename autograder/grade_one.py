@@ -28,7 +28,7 @@ from . import notebook, processes
 from .execute import GuardedExecute
 from .kernel import UNFENCED_WARNING
 from .lessons import skippable
-from .results import Result, write_result
+from .results import Result, write_exchange_files, write_result
 
 ATTEMPTS = 4  # a notebook that kills its kernel is graded again without the cell that did, this many times at most
 GRADER_FAILED = 3  # exit code of a grading that failed for a reason of the grader's own (no result is written)
@@ -123,9 +123,7 @@ def prepare(job: Job, nb) -> Path:
     nbformat.write(nb, target)
     # nbgrader's autograde records the time and its AssignLatePenalties step prices it against the due date; both
     # files then travel with the notebook to autograded/ and feedback/
-    for name, content in (("timestamp.txt", job.timestamp), ("submission_secret.txt", job.secret)):
-        if content:
-            (target.parent / name).write_text(content)
+    write_exchange_files(target.parent, job.timestamp, job.secret)
     if job.due:
         with Gradebook(f"sqlite:///{root}/gradebook.db") as gb:
             gb.update_or_create_assignment(job.assignment, duedate=parse_utc(job.due))

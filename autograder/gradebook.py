@@ -24,9 +24,7 @@ from sqlalchemy.pool import NullPool
 from traitlets.config import Config
 
 from .processes import exclusive, in_child
-from .results import NEEDS_REVIEW
-
-SUBMISSION_FILES = ("timestamp.txt", "submission_secret.txt")  # what nbgrader's exchange keeps beside a notebook
+from .results import NEEDS_REVIEW, write_exchange_files
 
 
 def is_postgres(db_url: str) -> bool:
@@ -151,9 +149,9 @@ def copy_files(cd: CourseDirectory, assignment: str, notebook: str, r: dict, out
     """The notebook as handed in and as graded into the course's folders, with the exchange's timestamp and secret;
     the feedback where `nbgrader release_feedback` looks, for a hand-in that came through the exchange."""
     sid, root = r["student_id"], Path(cd.root)
-    extras = {"timestamp.txt": r.get("timestamp", ""), "submission_secret.txt": r.get("secret", "")}
+    timestamp, secret = r.get("timestamp", ""), r.get("secret", "")
     html = Path(notebook).with_suffix(".html").name
-    exchange = all(extras.values())  # release_feedback needs both files, and fails without them
+    exchange = bool(timestamp and secret)  # release_feedback needs both files, and fails without them
     for folder, source, name in ((cd.submitted_directory, out / "submitted" / f"{sid}.ipynb", notebook),
                                  (cd.autograded_directory, out / "autograded" / f"{sid}.ipynb", notebook),
                                  (cd.feedback_directory, out / "feedback" / f"{sid}.html", html)):
@@ -162,9 +160,7 @@ def copy_files(cd: CourseDirectory, assignment: str, notebook: str, r: dict, out
         target = root / folder / sid / assignment
         target.mkdir(parents=True, exist_ok=True)
         shutil.copy(source, target / name)
-        for file, content in extras.items():
-            if content:
-                (target / file).write_text(content)
+        write_exchange_files(target, timestamp, secret)
 
 
 def record(cd: CourseDirectory, config: Config, assignment: str, notebook: str, rows: list[dict], out: Path,

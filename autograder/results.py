@@ -8,6 +8,8 @@ from pathlib import Path
 
 STATUSES = ("graded", "tampered", "timeout", "crashed", "invalid", "missing")  # what each means: README.md
 NEEDS_REVIEW = ("tampered", "timeout", "crashed", "invalid")  # flagged for manual grading in the gradebook
+# What nbgrader's exchange keeps beside a hand-in: when it was submitted, and the secret its feedback is released under
+TIMESTAMP_FILE, SECRET_FILE = "timestamp.txt", "submission_secret.txt"
 FIXED_COLUMNS = ["student_id", "assignment", "notebook", "score", "max_score", "status", "message", "timestamp",
                  "seconds_late", "late_penalty", "graded_by_hand"]
 
@@ -32,6 +34,13 @@ class Result:
     secret: str = ""  # the exchange's submission secret: its feedback is released under a name made from it
     seconds_late: float = 0.0  # after the due date (the student's extension included) in the gradebook
     late_penalty: float = 0.0  # points the course's LateSubmissionPlugin took off
+
+
+def write_exchange_files(folder: Path, timestamp: str, secret: str) -> None:
+    """timestamp.txt and submission_secret.txt beside a notebook, those known ("" is not written)."""
+    for name, content in ((TIMESTAMP_FILE, timestamp), (SECRET_FILE, secret)):
+        if content:
+            (folder / name).write_text(content)
 
 
 def write_result(path: Path, result: dict) -> None:

@@ -3,6 +3,7 @@
 import os
 import runpy
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -115,10 +116,20 @@ def execute(path: Path, timeout: int = 120) -> tuple[nbformat.NotebookNode, floa
     return nb, time.perf_counter() - start
 
 
-def nbgrader(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """Run the nbgrader command line in a course folder; raise with its output if it fails."""
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")  # nbgrader calls `alembic`
-    result = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=cwd, env=env, capture_output=True, text=True)
+def nbgrader(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the nbgrader command line in a folder (as one user, with `env`); raise with its output if it fails."""
+    env = env or dict(os.environ)
+    env = dict(env, PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}")  # nbgrader calls `alembic`
+    result = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                            timeout=300)
     if result.returncode:
-        raise RuntimeError(f"nbgrader {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+        raise RuntimeError(f"nbgrader {' '.join(args)} failed ({result.returncode}) in {cwd}:\n"
+                           f"{result.stdout}\n{result.stderr}")
     return result
+
+
+def free_port() -> int:
+    """A loopback port free now (another process could take it before the server does; unlikely, and it fails loudly)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

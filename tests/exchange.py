@@ -6,28 +6,16 @@ config gives their id instead, as `nbgrader submit --student` would.
 """
 
 import datetime
-import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
-from course import BIN, grading
+from course import grading, nbgrader
 from handins import ASSIGNMENT, NOTEBOOK, private_env
 
 COURSE_ID = "pytorch-course"
-
-
-def nbgrader_as(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    """Run the nbgrader command line as one user (their folder and environment); raise with its output if it fails."""
-    env = dict(env, PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}")  # nbgrader calls `alembic`
-    result = subprocess.run([str(BIN / "nbgrader"), *args], cwd=cwd, env=env, capture_output=True, text=True,
-                            timeout=300)
-    if result.returncode:
-        raise RuntimeError(f"nbgrader {' '.join(args)} failed ({result.returncode}) in {cwd}:\n"
-                           f"{result.stdout}\n{result.stderr}")
-    return result
 
 
 def open_exchange(folder: Path) -> Path:
@@ -66,7 +54,7 @@ class Student:
         return private_env(self.home, USER=self.name, LOGNAME=self.name)
 
     def nbgrader(self, *args: str) -> subprocess.CompletedProcess:
-        return nbgrader_as(*args, cwd=self.work, env=self.env)
+        return nbgrader(*args, cwd=self.work, env=self.env)
 
     @property
     def notebook(self) -> Path:

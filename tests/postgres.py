@@ -4,11 +4,12 @@ import glob
 import os
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+
+from course import free_port
 
 DEBIAN_BINARIES = "/usr/lib/postgresql/*/bin"  # Debian keeps initdb and pg_ctl here, off PATH
 TOOLS = ("initdb", "pg_ctl", "createdb")
@@ -38,12 +39,6 @@ def problem() -> str | None:
         return "running as root, and no runuser to start the server as the postgres user"
     return None
 
-
-def free_port() -> int:
-    """A loopback port free now (another process could take it before the server does; unlikely, and it fails loudly)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(command: list[str], what: str, folder: Path, log: Path | None = None) -> None:

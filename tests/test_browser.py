@@ -6,7 +6,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout, sync_playwright
 
-from course import BIN, ROOT, answer_ids, assignments, graded_cells_of, read, release_path, solution_answers, source_path
+from course import BIN, ROOT, answer_ids, free_port, assignments, graded_cells_of, read, release_path, solution_answers, source_path
 from torchcourse.check import grading
 
 # One xdist worker runs all of these, so that they share one server and one browser.
@@ -66,11 +65,6 @@ STARTED_JS = "() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt'
 STATUS_JS = """() => [document.querySelector('.jp-Notebook-ExecutionIndicator')?.getAttribute('data-status'),
   [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent).join(' ')]"""
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def api(lab: Lab, method: str, path: str):

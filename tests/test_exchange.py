@@ -8,8 +8,8 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from course import grading
-from exchange import COURSE_ID, enrol, join_exchange, nbgrader_as, open_exchange, utc_now
+from course import grading, nbgrader
+from exchange import COURSE_ID, enrol, join_exchange, open_exchange, utc_now
 from handins import (ASSIGNMENT, FIRST, NOTEBOOK, grade, hidden_lines, html_text, leaked, private_env,
                      right_answers, scratch_course)
 
@@ -40,7 +40,7 @@ def term(tmp_path_factory):
     instructor = private_env(folder / "instructor")
 
     def teach(*args):
-        return nbgrader_as(*args, cwd=course, env=instructor)
+        return nbgrader(*args, cwd=course, env=instructor)
 
     teach("generate_assignment", ASSIGNMENT, "--force")  # records the assignment in the gradebook too
     teach("release_assignment", ASSIGNMENT)

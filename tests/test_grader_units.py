@@ -15,7 +15,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 from traitlets.config import Config
 
-from autograder import batch, feedback, integrity, lessons, results
+from autograder import batch, collect, feedback, integrity, lessons, results
 from autograder.kernel import SandboxUnavailable, SandboxedKernelManager, require_sandbox
 from course import ROOT
 from handins import grade, handin, private_env, right, rows_of, scratch_course, write, write_folder
@@ -290,3 +290,28 @@ def test_a_tagged_cell_is_skipped_only_as_released_and_unread():
     edited.cells[2].source = "plot(a)"  # edited: runs, and needs `one`
     edited.cells[3].source = "answer = 0"
     assert lessons.skippable(edited, release) == {"two"}
+
+
+def test_a_link_in_a_folder_of_hand_ins_is_not_followed(tmp_path):
+    """A hand-in that is a link (to another student's notebook, to the sources) is not read: that student has none."""
+    (tmp_path / "alice").mkdir()
+    (tmp_path / "alice" / "01_basics.ipynb").write_text("{}")
+    (tmp_path / "mallory").mkdir()
+    (tmp_path / "mallory" / "01_basics.ipynb").symlink_to(tmp_path / "alice" / "01_basics.ipynb")
+    found = {s.student_id: s for s in collect.from_folder(tmp_path, "01_basics.ipynb")}
+    assert found["alice"].path == tmp_path / "alice" / "01_basics.ipynb"
+    assert found["mallory"].path is None and "no notebook" in found["mallory"].message
+
+
+def test_the_exchange_layout_brings_timestamp_and_secret_and_skips_other_assignments(tmp_path):
+    """nbgrader's submitted/<student>/<assignment>/: the two small files read (at most MAX_NOTE_BYTES), a student
+    without this assignment's folder left out."""
+    folder = tmp_path / "alice" / "01_basics"
+    folder.mkdir(parents=True)
+    (folder / "01_basics.ipynb").write_text("{}")
+    (folder / results.TIMESTAMP_FILE).write_text("2026-11-20 10:00:00 UTC\n")
+    (folder / results.SECRET_FILE).write_text("s" * 5000)
+    (tmp_path / "bob" / "02_other").mkdir(parents=True)
+    (found,) = collect.from_course(tmp_path, "01_basics", "01_basics.ipynb")
+    assert (found.student_id, found.timestamp, found.secret) == ("alice", "2026-11-20 10:00:00 UTC",
+                                                                "s" * collect.MAX_NOTE_BYTES)
