@@ -18,15 +18,15 @@ from pathlib import Path
 import nbformat
 from nbgrader.coursedir import CourseDirectory
 from sqlalchemy.engine import make_url
-from traitlets.config import Config, PyFileConfigLoader
+from traitlets.config import Config
 
-from . import gradebook, grade_one, processes
+from . import config as course_config, gradebook, grade_one, processes
 from .collect import collect, from_course
 from .kernel import SandboxUnavailable, require_sandbox
 from .notebook import nbgrader_ids
 from .processes import exclusive, in_child
 from .report import write_report
-from .results import STATUSES, read_result, write_result, write_table
+from .results import STATUSES, read_result, replace_file, write_result, write_table
 
 OUTPUTS = ("results", "feedback", "autograded", "logs", "submitted")  # a batch's output folders, one file per student
 
@@ -58,15 +58,6 @@ def step(name: str):
         raise
     except Exception as error:
         raise BatchFailed(f"{name} failed ({type(error).__name__}: {error})") from error
-
-
-def course_config(course: Path, settings: dict) -> tuple[Config, Path | None]:
-    """The course's nbgrader settings (nbgrader_config.py in `course`) with the command line's on top, and that file."""
-    path = course / "nbgrader_config.py"
-    config = PyFileConfigLoader(path.name, path=str(course)).load_config() if path.exists() else Config()
-    config.merge(Config(settings))
-    config.CourseDirectory.root = str(course)
-    return config, (path if path.exists() else None)
 
 
 def check_configuration(config: Config) -> None:
@@ -182,7 +173,7 @@ def plan(found, options: Options, make_job, out: Path) -> tuple[dict, list]:
     for s in found:
         job = make_job(s)
         if s.path is None:
-            results[s.student_id] = asdict(grade_one.not_graded(job, "missing", s.message))
+            results[s.student_id] = asdict(grade_one.not_graded(job, s.status, s.message))
             write_result(out / "results" / f"{s.student_id}.json", results[s.student_id])  # for a merge
             continue
         previous = out / "results" / f"{s.student_id}.json"
@@ -193,7 +184,7 @@ def plan(found, options: Options, make_job, out: Path) -> tuple[dict, list]:
             results[s.student_id] = old  # graded by an earlier run, from the same file: kept
             continue
         previous.unlink(missing_ok=True)
-        shutil.copy(s.path, out / "submitted" / f"{s.student_id}.ipynb")  # what the gradebook's record will hold
+        replace_file(out / "submitted" / f"{s.student_id}.ipynb", source=s.path)  # what the gradebook will hold
         todo.append(job)
     return results, todo
 
@@ -214,13 +205,13 @@ def grade(options: Options) -> list[dict]:
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, str(max(1, (os.cpu_count() or 1) // options.jobs)))
     processes.become_subreaper()
-    config, config_file = course_config(options.course, options.settings)
+    config = course_config.load(options.course, options.settings)
     check_configuration(config)
     cd = CourseDirectory(config=config)
     assignment, source = resolve(cd, options.assignment)
     out = (options.out or options.course / "autograder" / "grades" / assignment).resolve()
     with exclusive(out / ".lock", f"another grading is writing into {out}: wait for it to finish, or pass --out"):
-        rows = grade_class(options, config, config_file, cd, assignment, source, out)
+        rows = grade_class(options, config, cd, assignment, source, out)
     summarise(rows, out, time.perf_counter() - wall, config, options.shard)
     return rows
 
@@ -231,7 +222,7 @@ def points_of(source: Path) -> dict[str, float]:
             for c in nbformat.read(source, as_version=4).cells if c.metadata.get("nbgrader", {}).get("grade")}
 
 
-def grade_class(options, config, config_file, cd, assignment, source, out) -> list[dict]:
+def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
     for folder in OUTPUTS:
         (out / folder).mkdir(parents=True, exist_ok=True)
     others = {p.parent.name: nbgrader_ids(nbformat.read(p, as_version=4))
@@ -255,9 +246,8 @@ def grade_class(options, config, config_file, cd, assignment, source, out) -> li
 
         def make_job(s):
             return grade_one.Job(s.student_id, assignment, source.name, str(s.path or ""), str(template),
-                                 str(scratch / "work" / s.student_id), str(out), str(config_file) if config_file else None,
-                                 options.settings, points, others, s.message, s.timestamp, s.secret,
-                                 due.get(s.student_id, ""))
+                                 str(scratch / "work" / s.student_id), str(out), config, points, others, s.message,
+                                 s.timestamp, s.secret, due.get(s.student_id, ""), s.given_id)
 
         results, todo = plan(found, options, make_job, out)
         part = f" (shard {options.shard[0]} of {options.shard[1]})" if options.shard else ""
@@ -324,7 +314,7 @@ def merge(folders: list[Path], out: Path | None, course: Path, settings: dict) -
     """The shards' outputs into one grades.csv, feedback folder and gradebook entry, as one run would have made."""
     wall = time.perf_counter()
     enter(course)
-    config, _ = course_config(course, settings)
+    config = course_config.load(course, settings)
     cd = CourseDirectory(config=config)
     shards = [f.resolve() for f in shard_outputs(folders)]
     results, origin = {}, {}
@@ -350,7 +340,7 @@ def merge(folders: list[Path], out: Path | None, course: Path, settings: dict) -
                 continue
             for folder, name in zip(OUTPUTS, (f"{sid}.json", f"{sid}.html", f"{sid}.ipynb", f"{sid}.log", f"{sid}.ipynb")):
                 if (shard / folder / name).exists():
-                    shutil.copy(shard / folder / name, out / folder / name)
+                    replace_file(out / folder / name, source=shard / folder / name)
         rows = [results[sid] for sid in sorted(results)]
         write_table(out / "grades.csv", rows, list(points_of(source)))
         scratch = Path(tempfile.mkdtemp(prefix="autograder-merge-"))

@@ -19,10 +19,12 @@ lost stops the batch like a failed step: the rows graded are kept, and the same 
 Nothing here is imported without `--scheduler`, and the grading processes never import Dask.
 """
 
+import base64
 import io
 import json
 import multiprocessing
 import os
+import pickle
 import select
 import shutil
 import signal
@@ -39,7 +41,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from . import grade_one, processes
-from .results import read_result, write_result
+from .results import read_result, replace_file, write_result
 
 CONNECT_TIMEOUT = 30  # seconds to reach the scheduler, and then to see a first worker
 POLL = 1.0  # seconds between a worker's looks at its grading (and at the batch's stop signal)
@@ -169,7 +171,7 @@ def write_back(job: grade_one.Job, outcome: dict) -> int | None:
     out, sid = Path(job.out), job.student_id
     for folder in RETURNED:
         if outcome.get(folder) is not None:
-            (out / folder / f"{sid}{SUFFIX[folder]}").write_bytes(outcome[folder])
+            replace_file(out / folder / f"{sid}{SUFFIX[folder]}", outcome[folder])
     if outcome["exitcode"] == grade_one.GRADER_FAILED:
         return grade_one.GRADER_FAILED  # no row: the batch stops, and a rerun grades this student
     result = outcome["result"] or asdict(grade_one.not_graded(job, "crashed", outcome.get("crashed") or (
@@ -263,7 +265,7 @@ def grade_remotely(tar: bytes, batch: str, job: grade_one.Job, handin: bytes | N
 def missing_here(job: grade_one.Job, course: str) -> str | None:
     """Why this worker cannot grade (no course folder where the instructor's is), or None."""
     from distributed import get_worker
-    for path in (course, job.config):
+    for path in (course, *(job.config or {}).get("SandboxedKernelManager", {}).get("read_only", [])):
         if path and not os.path.exists(path):
             return (f"the Dask worker {get_worker().address} has no {path}: start each worker on a machine that "
                     "holds the course folder at the same path")
@@ -294,7 +296,8 @@ def supervised(job: grade_one.Job, deadline: float, course: str, stop: str) -> i
     threads = max(1, (os.cpu_count() or 1) // get_worker().state.nthreads)  # the cores shared among the gradings
     env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",  # as batch.grade sets
            "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    order = json.dumps({"job": asdict(job), "deadline": deadline, "course": course, "env": env}).encode() + b"\n"
+    # pickled: the job holds the course's configuration as a traitlets Config (sets, tuples); the server is ours
+    order = base64.b64encode(pickle.dumps({"job": job, "deadline": deadline, "course": course, "env": env})) + b"\n"
     interrupt, started, said = Event(stop), time.monotonic(), b""
     with socket.socket(socket.AF_UNIX) as connection:
         connection.connect(str(fork_server()))
@@ -361,11 +364,12 @@ def supervise(connection: socket.socket) -> None:
     grade_one.run in a forked process, and stops it with all it started at the deadline (a 'timeout' row), or when
     the connection closes (the batch interrupted, or its worker gone); sends back the grading's exit code."""
     reader = connection.makefile("rb")
-    order = json.loads(reader.readline() or b"null")
-    if order is None:
+    line = reader.readline()
+    if not line:
         return
-    job, deadline = grade_one.Job(**order["job"]), order["deadline"]
-    os.chdir(order["course"])  # nbgrader's relative paths (the sandbox's read-only folders) are the course's
+    order = pickle.loads(base64.b64decode(line))
+    job, deadline = order["job"], order["deadline"]
+    os.chdir(order["course"])  # as batch.grade works from the course folder
     os.environ.update(order["env"])
     processes.become_subreaper()  # what the grading leaves behind stays below this process, where we stop it
     started = time.monotonic()

@@ -1,10 +1,11 @@
 """Grade one submission with nbgrader's own autograde and feedback steps, in a scratch course of its own.
 
 Runs in a process of its own (forked by batch.py): whatever the grading leaves ends with that process. The course's
-nbgrader_config.py decides how it grades (the execute step, its limits, the feedback); `Job.overrides` carries the
-command line's settings on top of it.
+configuration, as config.load resolved it (the command line's settings on top), decides how it grades (the execute
+step, its limits, the feedback); `Job.config` carries it.
 """
 
+import copy
 import hashlib
 import logging
 import os
@@ -22,13 +23,13 @@ from nbgrader.converters import Autograde, GenerateFeedback
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.utils import parse_utc
 from sqlalchemy.exc import SAWarning
-from traitlets.config import Config, PyFileConfigLoader
+from traitlets.config import Config
 
 from . import notebook, processes
 from .execute import GuardedExecute
 from .kernel import UNFENCED_WARNING
 from .lessons import skippable
-from .results import Result, write_exchange_files, write_result
+from .results import Result, replace_file, write_exchange_files, write_result
 
 ATTEMPTS = 4  # a notebook that kills its kernel is graded again without the cell that did, this many times at most
 GRADER_FAILED = 3  # exit code of a grading that failed for a reason of the grader's own (no result is written)
@@ -51,14 +52,14 @@ class Job:
     template: str  # scratch course holding the assignment's source, release and gradebook
     scratch: str  # this submission's own scratch course (made here, removed after)
     out: str
-    config: str | None  # the course's nbgrader_config.py
-    overrides: dict = field(default_factory=dict)  # {"Section": {"trait": value}} from the command line
+    config: Config  # the course's, from config.load: paths absolute, the command line's settings in it
     points: dict[str, float] = field(default_factory=dict)  # grade_id -> points of every graded cell
     others: dict[str, list[str]] = field(default_factory=dict)  # grade_ids of other assignments, to name a wrong hand-in
     note: str = ""  # what finding the notebook taught us (several copies handed in, say), for the message
     timestamp: str = ""  # from nbgrader's exchange: when it was submitted ("" if unknown: never late)
     secret: str = ""  # from nbgrader's exchange: kept beside the feedback, which release_feedback names after it
     due: str = ""  # the student's due date (extension included), ISO, from the course's gradebook ("" if none)
+    given_id: str = ""  # the student's id as the LMS, folder or file gave it ("" where it is student_id itself)
 
 
 def release_of(job: Job):
@@ -69,17 +70,18 @@ def release_of(job: Job):
 
 
 def not_graded(job: Job, status: str, message: str, sha256: str = "") -> Result:
+    """A row of zeros saying why, with what finding the notebook taught (several copies handed in, say)."""
     cells = {gid: {"score": 0.0, "max_score": points, "needs_manual_grade": False} for gid, points in job.points.items()}
+    if job.note and job.note not in message:
+        message = f"{message}; {job.note}"
     return Result(job.student_id, job.assignment, job.notebook, status, message, 0.0,
                   sum(c["max_score"] for c in cells.values()), cells, {}, sha256, timestamp=job.timestamp,
-                  secret=job.secret)
+                  secret=job.secret, given_id=job.given_id)
 
 
 def course_config(job: Job, root: Path) -> Config:
-    """The course's nbgrader configuration and the command line's settings, pointed at the scratch course."""
-    config = PyFileConfigLoader(Path(job.config).name, path=str(Path(job.config).parent)).load_config() \
-        if job.config else Config()
-    config.merge(Config(job.overrides))
+    """The course's nbgrader configuration, pointed at the scratch course."""
+    config = copy.deepcopy(job.config or Config())
     for key, folder in (("source_directory", "source"), ("release_directory", "release"),
                         ("submitted_directory", "submitted"), ("autograded_directory", "autograded"),
                         ("feedback_directory", "feedback")):
@@ -194,7 +196,7 @@ def feedback(job: Job) -> None:
     config = course_config(job, Path(job.scratch))
     GenerateFeedback(coursedir=CourseDirectory(config=config), config=config).start()
     html = Path(job.scratch) / "feedback" / job.student_id / job.assignment / Path(job.notebook).with_suffix(".html")
-    shutil.copy(html, Path(job.out) / "feedback" / f"{job.student_id}.html")
+    replace_file(Path(job.out) / "feedback" / f"{job.student_id}.html", source=html)
 
 
 def warm_up(config: Config) -> None:
@@ -258,13 +260,13 @@ def grade(job: Job) -> Result:
                      f"{'they were' if n > 1 else 'it was'} stopped")
     cells, comments, late, penalty = scores(job, graded)
     feedback(job)
-    shutil.copy(Path(job.scratch) / "autograded" / job.student_id / job.assignment / job.notebook,
-                Path(job.out) / "autograded" / f"{job.student_id}.ipynb")
+    replace_file(Path(job.out) / "autograded" / f"{job.student_id}.ipynb",
+                 source=Path(job.scratch) / "autograded" / job.student_id / job.assignment / job.notebook)
     status = problems[0][0] if problems else "graded"
     result = Result(job.student_id, job.assignment, job.notebook, status, "; ".join([p[1] for p in problems] + notes),
                     sum(c["score"] for c in cells.values()) - penalty, sum(c["max_score"] for c in cells.values()),
                     cells, comments, sha, timestamp=job.timestamp, secret=job.secret, seconds_late=late,
-                    late_penalty=penalty)
+                    late_penalty=penalty, given_id=job.given_id)
     result.execute_seconds = round(execute.execute_seconds, 2)
     result.check_seconds = round(execute.check_seconds, 2)
     return result
@@ -280,7 +282,7 @@ def run(job: Job) -> None:
     os.dup2(handle.fileno(), 2)
     logging.basicConfig(level=logging.INFO, force=True)
     warnings.simplefilter("ignore", SAWarning)  # nbgrader's own add_submission always sets SQLAlchemy off
-    if job.overrides.get("SandboxedKernelManager", {}).get("unfenced"):
+    if (job.config or Config()).SandboxedKernelManager.get("unfenced"):
         logging.warning(UNFENCED_WARNING)
     start = time.perf_counter()
     try:

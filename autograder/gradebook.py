@@ -24,7 +24,7 @@ from sqlalchemy.pool import NullPool
 from traitlets.config import Config
 
 from .processes import exclusive, in_child
-from .results import NEEDS_REVIEW, write_exchange_files
+from .results import NEEDS_REVIEW, replace_file, write_exchange_files
 
 
 def is_postgres(db_url: str) -> bool:
@@ -110,7 +110,8 @@ def write_rows(cd: CourseDirectory, config: Config, assignment: str, notebook: s
     with Gradebook(cd.db_url, cd.course_id) as gb:
         for r in rows:
             sid = r["student_id"]
-            gb.update_or_create_student(sid)
+            given = r.get("given_id") or sid  # the LMS's own id, where it fits nbgrader's column
+            gb.update_or_create_student(sid, **({"lms_user_id": given} if len(given) <= 128 else {}))
             when = {"timestamp": t} if (t := time_of(r.get("timestamp", ""))) else {}
             submission = gb.update_or_create_submission(assignment, sid, **when)
             nb = gb.find_submission_notebook(stem, assignment, sid)
@@ -159,7 +160,7 @@ def copy_files(cd: CourseDirectory, assignment: str, notebook: str, r: dict, out
             continue
         target = root / folder / sid / assignment
         target.mkdir(parents=True, exist_ok=True)
-        shutil.copy(source, target / name)
+        replace_file(target / name, source=source)
         write_exchange_files(target, timestamp, secret)
 
 

@@ -49,7 +49,7 @@ class SandboxedKernelManager(AsyncKernelManager):
     scratch_mib = Integer(512, help="MiB of each private folder (home with the working folder, /tmp, /dev/shm), "
                                     "and of any one file").tag(config=True)
     read_only = List(Unicode(), help="folders the kernel may read, besides the Python environment; relative paths "
-                                     "are from the folder nbgrader runs in (the course)").tag(config=True)
+                                     "mean the course folder").tag(config=True)
     unfenced = Bool(False, help="start kernels without the sandbox, only with the limits: for machines where "
                                 "bubblewrap cannot run; student code can then reach all the grader can").tag(config=True)
     bwrap = Unicode("bwrap", help="the bubblewrap command (Debian's package `bubblewrap`)").tag(config=True)
@@ -69,8 +69,14 @@ class SandboxedKernelManager(AsyncKernelManager):
         return os.path.splitext(self.connection_file)[0] + "-ipc"
 
     def environment_read_only(self) -> list[str]:
-        """The Python environment (its packages and interpreter) and the configured folders."""
-        return [sys.prefix, sys.base_prefix, sys.exec_prefix, *[os.path.abspath(p) for p in self.read_only]]
+        """The Python environment (its packages and interpreter) and the configured folders, which must exist.
+
+        `make grade` hands down absolute paths (config.load); plain `nbgrader autograde` runs in the course folder."""
+        folders = [os.path.abspath(p) for p in self.read_only]
+        missing = [f for f in folders if not os.path.isdir(f)]
+        if missing:
+            raise ValueError(f"SandboxedKernelManager.read_only names {', '.join(missing)}: not a folder")
+        return [sys.prefix, sys.base_prefix, sys.exec_prefix, *folders]
 
     def format_kernel_cmd(self, extra_arguments=None):
         if self.unfenced:

@@ -15,7 +15,7 @@ import nbformat
 from torchcourse.check import answer_cells, grading, test_cells
 
 from .notebook import exercise_name
-from .results import STATUSES
+from .results import STATUSES, shown_id
 
 TOP_FAILURES = 5  # failure messages listed per exercise
 SLOWEST = 5  # hand-ins listed by grading time
@@ -91,7 +91,7 @@ def status_table(rows: list[dict]) -> str:
     """Counts by status, with the students behind each."""
     lines = ['<table class="statuses"><tr><th>status</th><th>students</th><th>who</th></tr>']
     for status in STATUSES:
-        who = sorted(r["student_id"] for r in rows if r["status"] == status)
+        who = sorted(shown_id(r) for r in rows if r["status"] == status)
         if who:
             lines.append(f'<tr data-status="{status}" data-count="{len(who)}"><td>{status}</td>'
                          f'<td class="number">{len(who)}</td><td>{", ".join(text(s) for s in who)}</td></tr>')
@@ -122,7 +122,7 @@ def slowest_table(rows: list[dict]) -> str:
     slow = sorted(rows, key=lambda r: (-r.get("seconds", 0), r["student_id"]))[:SLOWEST]
     lines = ['<table class="slowest"><tr><th>student</th><th>status</th><th>grading (s)</th>'
              "<th>running its cells (s)</th></tr>"]
-    lines += [f"<tr><td>{text(r['student_id'])}</td><td>{text(r['status'])}</td>"
+    lines += [f"<tr><td>{text(shown_id(r))}</td><td>{text(r['status'])}</td>"
               f'<td class="number">{r.get("seconds", 0):.1f}</td>'
               f'<td class="number">{r.get("execute_seconds", 0):.1f}</td></tr>' for r in slow]
     return "\n".join(lines + ["</table>"])
@@ -136,7 +136,7 @@ def summary(rows: list[dict]) -> str:
     late = sorted((r for r in rows if r.get("seconds_late", 0) > 0), key=lambda r: r["student_id"])
     said = f"<p>{len(rows)} students; mean score of the {len(graded)} graded: {mean}.</p>"
     if late:
-        who = ", ".join(f"{text(r['student_id'])} (−{r.get('late_penalty', 0):g})" for r in late)
+        who = ", ".join(f"{text(shown_id(r))} (−{r.get('late_penalty', 0):g})" for r in late)
         said += (f'\n<p class="late" data-count="{len(late)}">{len(late)} late, their scores with the late '
                  f"penalty taken off: {who}</p>")
     return said

@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,14 +11,14 @@ STATUSES = ("graded", "tampered", "timeout", "crashed", "invalid", "missing")  #
 NEEDS_REVIEW = ("tampered", "timeout", "crashed", "invalid")  # flagged for manual grading in the gradebook
 # What nbgrader's exchange keeps beside a hand-in: when it was submitted, and the secret its feedback is released under
 TIMESTAMP_FILE, SECRET_FILE = "timestamp.txt", "submission_secret.txt"
-FIXED_COLUMNS = ["student_id", "assignment", "notebook", "score", "max_score", "status", "message", "timestamp",
+FIXED_COLUMNS = ["student_id", "gradebook_id", "assignment", "notebook", "score", "max_score", "status", "message", "timestamp",
                  "seconds_late", "late_penalty", "graded_by_hand"]
 
 
 @dataclass
 class Result:
     """One row of grades.csv, and what is needed to put it into the course's gradebook."""
-    student_id: str
+    student_id: str  # the name of the student's files and gradebook entry (collect.file_name_of the id given)
     assignment: str
     notebook: str
     status: str  # one of STATUSES
@@ -34,13 +35,27 @@ class Result:
     secret: str = ""  # the exchange's submission secret: its feedback is released under a name made from it
     seconds_late: float = 0.0  # after the due date (the student's extension included) in the gradebook
     late_penalty: float = 0.0  # points the course's LateSubmissionPlugin took off
+    given_id: str = ""  # the student's id as the LMS, folder or file gave it ("" where it is student_id itself)
+
+
+def replace_file(target: Path, content: bytes | None = None, source: Path | None = None) -> None:
+    """`target` replaced whole by `content` or a copy of `source`, mode 0644 whatever the old file's: nbgrader leaves
+    the notebooks it grades read-only (0444), which only root may write over."""
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    if source is not None:
+        shutil.copyfile(source, tmp)
+    else:
+        tmp.write_bytes(content)
+    tmp.chmod(0o644)
+    os.replace(tmp, target)
 
 
 def write_exchange_files(folder: Path, timestamp: str, secret: str) -> None:
     """timestamp.txt and submission_secret.txt beside a notebook, those known ("" is not written)."""
     for name, content in ((TIMESTAMP_FILE, timestamp), (SECRET_FILE, secret)):
         if content:
-            (folder / name).write_text(content)
+            replace_file(folder / name, content.encode())
 
 
 def write_result(path: Path, result: dict) -> None:
@@ -59,17 +74,30 @@ def read_result(path: Path) -> dict | None:
         return None
 
 
+def shown_id(row: dict) -> str:
+    """The student's id as given, for people to read (grades.csv, the report)."""
+    return row.get("given_id") or row["student_id"]
+
+
+def spreadsheet_safe(text: str) -> str:
+    """A text cell that no spreadsheet runs as a formula: one opening with = + - @ or a control character gets a
+    leading ' (OWASP's advice for CSV files)."""
+    return f"'{text}" if text[:1] in ("=", "+", "-", "@", "\t", "\r", "\n") else text
+
+
 def write_table(path: Path, rows: list[dict], grade_ids: list[str]) -> None:
     """grades.csv: one row per student and notebook, then one column per graded cell; replaced whole. A cell's score
-    is the one an instructor entered by hand where there is one (its grade_id is then in `graded_by_hand`)."""
+    is the one an instructor entered by hand where there is one (its grade_id is then in `graded_by_hand`). The id
+    is the student's as given (`gradebook_id`: the name of their files and gradebook entry)."""
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(FIXED_COLUMNS + grade_ids)
         for r in rows:
             by_hand = " ".join(g for g in grade_ids if r["cells"].get(g, {}).get("by_hand"))
-            writer.writerow([r["student_id"], r["assignment"], r["notebook"], f"{r['score']:g}", f"{r['max_score']:g}",
-                             r["status"], r["message"], r.get("timestamp", ""), f"{r.get('seconds_late', 0):g}",
-                             f"{r.get('late_penalty', 0):g}", by_hand]
+            text = [shown_id(r), r["student_id"], r["assignment"], r["notebook"]]
+            writer.writerow([spreadsheet_safe(t) for t in text] + [f"{r['score']:g}", f"{r['max_score']:g}",
+                             r["status"], spreadsheet_safe(r["message"]), spreadsheet_safe(r.get("timestamp", "")),
+                             f"{r.get('seconds_late', 0):g}", f"{r.get('late_penalty', 0):g}", by_hand]
                             + [f"{r['cells'][g]['score']:g}" if g in r["cells"] else "" for g in grade_ids])
     os.replace(tmp, path)

@@ -56,7 +56,7 @@ def binds(read_only: list[str]) -> list[str]:
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
     for folder in sorted({os.path.realpath(p) for p in ["/usr", *read_only] if os.path.isdir(p)}):
-        args += ["--ro-bind", folder, folder]
+        args += ["--ro-bind", folder, folder]  # the kernel manager has refused configured folders that are not there
     for name in ETC:
         if os.path.exists(f"/etc/{name}"):
             args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
@@ -167,7 +167,9 @@ def bwrap_command(args, kernel: list[str], files_from: str | None) -> list[str]:
     command = [args.bwrap, *user, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--hostname", "sandbox", "--clearenv",
             *[a for name, value in env.items() for a in ("--setenv", name, value)],
-            *binds(args.read_only), "--proc", "/proc", "--dev", "/dev", *private,
+            # bwrap mounts in this order: the private folders first, so that none hides a folder bound below it
+            # (a course under /tmp, /dev/shm or a home folder)
+            "--proc", "/proc", "--dev", "/dev", *private, *binds(args.read_only),
             "--perms", "0777", "--dir", WORK, *starting_files(files_from),
             "--bind", args.runtime, os.path.realpath(args.runtime), "--chdir", WORK]
     return command + reachable(command) + ["--", *become, *limits(args.memory, args.processes, args.scratch), *kernel]

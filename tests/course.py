@@ -20,16 +20,17 @@ BIN = Path(sys.executable).parent
 
 
 def scratch_course(folder: Path, solutions: Path = ROOT / "solutions", assignments: tuple[str, ...] = ()) -> Path:
-    """A course folder with these assignments (default: all) of `solutions` and this repository's nbgrader settings.
+    """A course folder with these assignments (default: all) of `solutions` and this repository's nbgrader_config.py
+    as it ships.
 
-    Its kernels may read the repository's data/ and torchcourse/ (which the course's nbgrader_config.py names
-    relative to the course folder): the kernels import torchcourse from here, where it is installed.
+    Its data/ and torchcourse/, which that configuration names, are links to this repository's: the kernels import
+    torchcourse from here, where it is installed (the sandbox binds what a link points to).
     """
     for name in assignments or sorted(p.name for p in solutions.iterdir()):
         shutil.copytree(solutions / name, folder / "solutions" / name)
     shutil.copy(ROOT / "nbgrader_config.py", folder)
-    with open(folder / "nbgrader_config.py", "a") as f:
-        f.write(f"\nc.SandboxedKernelManager.read_only = {[str(ROOT / 'data'), str(ROOT / 'torchcourse')]!r}\n")
+    for name in ("data", "torchcourse"):
+        (folder / name).symlink_to(ROOT / name)
     (folder / "autograder").mkdir()
     return folder
 

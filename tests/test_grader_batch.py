@@ -129,7 +129,7 @@ def test_table_has_the_promised_columns_and_a_summary(graded):
     _, _, out, rows, stderr = graded
     header = next(csv.reader(open(out / "grades.csv")))
     cells = [f"{FIRST}_tests", f"{FIRST}_hidden", f"{SECOND}_tests", f"{SECOND}_hidden"]
-    assert header == ["student_id", "assignment", "notebook", "score", "max_score", "status", "message", "timestamp",
+    assert header == ["student_id", "gradebook_id", "assignment", "notebook", "score", "max_score", "status", "message", "timestamp",
                       "seconds_late", "late_penalty", "graded_by_hand"] + cells
     assert sorted(rows) == sorted(EXPECTED)
     assert f"{len(EXPECTED)} students:" in stderr and "mean score" in stderr and "ETA" in stderr

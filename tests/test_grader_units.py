@@ -1,5 +1,6 @@
 """The grader's modules one at a time: the sandbox, the integrity checks' verdicts, the feedback rule, results, batch."""
 
+import csv
 import json
 import os
 import pwd
@@ -8,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 import nbformat
@@ -16,6 +18,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 from traitlets.config import Config
 
 from autograder import batch, collect, feedback, integrity, lessons, results
+from autograder import config as course_config
 from autograder.kernel import SandboxUnavailable, SandboxedKernelManager, require_sandbox
 from course import ROOT
 from handins import grade, handin, private_env, right, rows_of, scratch_course, write, write_folder
@@ -69,6 +72,22 @@ def test_a_sandboxed_process_sees_only_its_own_folders():
     assert (found["tmp"], found["home_file"], found["work"]) == ("written",) * 3
     assert found["venv"] == "OSError" and found["net"] in ("OSError", "ConnectionRefusedError", "TimeoutError"), found
     assert set(found["env"]) <= {"HOME", "TMPDIR", "USER", "LOGNAME", "LANG", "PATH", "PWD", "LC_CTYPE"}, found["env"]
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("base", ["/tmp", "/dev/shm", "/home/student"])
+def test_a_read_only_folder_shows_wherever_the_course_lives(base):
+    """A course under /tmp, /dev/shm or a home folder: the sandbox's own private folders there hide nothing of it."""
+    Path(base).mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="course-", dir=base))
+    try:
+        (folder / "data").mkdir()
+        (folder / "data" / "digits.txt").write_text("0123456789")
+        code, out, err = in_sandbox("import sys; print(open(sys.argv[1]).read())", f"--read-only={folder / 'data'}",
+                                    args=[str(folder / "data" / "digits.txt")])
+    finally:
+        shutil.rmtree(folder)
+    assert code == 0 and out.strip() == "0123456789", err
 
 
 @pytest.mark.sandbox
@@ -298,9 +317,38 @@ def test_a_link_in_a_folder_of_hand_ins_is_not_followed(tmp_path):
     (tmp_path / "alice" / "01_basics.ipynb").write_text("{}")
     (tmp_path / "mallory").mkdir()
     (tmp_path / "mallory" / "01_basics.ipynb").symlink_to(tmp_path / "alice" / "01_basics.ipynb")
+    (tmp_path / "trudy").symlink_to(tmp_path / "alice")  # a student's whole folder a link to another's
+    (tmp_path / "oscar.ipynb").symlink_to(tmp_path / "alice" / "01_basics.ipynb")
+    (tmp_path / "eve" / "deep").mkdir(parents=True)
+    (tmp_path / "eve" / "deep" / "inside").symlink_to(tmp_path / "alice")  # a folder behind a link, inside
     found = {s.student_id: s for s in collect.from_folder(tmp_path, "01_basics.ipynb")}
     assert found["alice"].path == tmp_path / "alice" / "01_basics.ipynb"
     assert found["mallory"].path is None and "no notebook" in found["mallory"].message
+    assert found["eve"].path is None and "no notebook" in found["eve"].message
+    for name in ("trudy", "oscar"):
+        assert found[name].path is None and found[name].status == "invalid" and "is a link" in found[name].message
+
+
+def test_student_file_names_are_safe_and_never_shared():
+    """Ids as an LMS gives them: each gets a name of its own for files and the gradebook, safe in any path."""
+    ids = ["alice", "José", "Josè", "张伟", "王芳", "bob smith", "bob\nsmith", "bob_smith", "bob%20smith", ".", "..",
+           ".hidden", "a/../../b", "x" * 250, "x" * 249 + "y", "x" * 120, "a~b", "a%7Eb", "", "+1", "*?[]"]
+    names = [collect.file_name_of(i) for i in ids]
+    assert len(set(names)) == len(ids), "two students would share one name"
+    assert names[0] == "alice" and collect.file_name_of("s.m-t_1@uni.edu") == "s.m-t_1@uni.edu"
+    for name in names:
+        assert name and len(name) <= collect.MAX_NAME and name not in (".", "..") and not name.startswith(".")
+        assert re.fullmatch(r"[A-Za-z0-9@+._%~-]+", name), name
+
+
+def test_a_spreadsheet_runs_no_cell_of_grades_csv(tmp_path):
+    """A cell opening with = + - @ or a control character is quoted; the id as given is kept beside the file name."""
+    row = {"student_id": "%2Bx", "given_id": "+x", "assignment": "a", "notebook": "a.ipynb", "score": 1.0,
+           "max_score": 2.0, "status": "graded", "message": "=HYPERLINK(\"http://x\")", "cells": {}}
+    results.write_table(tmp_path / "grades.csv", [row, {**row, "given_id": "@SUM(1)", "message": "-1"}], [])
+    rows = list(csv.DictReader(open(tmp_path / "grades.csv")))
+    assert [(r["student_id"], r["gradebook_id"], r["message"]) for r in rows] == [
+        ("'+x", "%2Bx", "'=HYPERLINK(\"http://x\")"), ("'@SUM(1)", "%2Bx", "'-1")]
 
 
 def test_the_exchange_layout_brings_timestamp_and_secret_and_skips_other_assignments(tmp_path):
@@ -315,3 +363,34 @@ def test_the_exchange_layout_brings_timestamp_and_secret_and_skips_other_assignm
     (found,) = collect.from_course(tmp_path, "01_basics", "01_basics.ipynb")
     assert (found.student_id, found.timestamp, found.secret) == ("alice", "2026-11-20 10:00:00 UTC",
                                                                 "s" * collect.MAX_NOTE_BYTES)
+
+
+def test_the_configuration_is_resolved_against_the_course_folder(tmp_path, monkeypatch):
+    """Relative paths of nbgrader_config.py mean the course folder, from wherever the grader starts; a read-only
+    folder that is not there is an error naming it."""
+    course = tmp_path / "course"
+    (course / "data").mkdir(parents=True)
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match=f"{course / 'torchcourse'}, which is not a folder"):
+        course_config.load(course, {})
+    (course / "torchcourse").mkdir()
+    config = course_config.load(course, {"Execute": {"timeout": 5}})
+    assert config.SandboxedKernelManager.read_only == [str(course / "data"), str(course / "torchcourse")]
+    assert config.CourseDirectory.db_url == f"sqlite:///{course}/autograder/gradebook.db"
+    assert config.Execute.timeout == 5 and config.CourseDirectory.root == str(course)
+
+
+def test_a_damaged_zip_member_costs_its_own_row(tmp_path):
+    """A bad CRC, or a member over the size cap, gives that student an invalid row naming why; the others unpack."""
+    archive = tmp_path / "export.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("ana/01_basics.ipynb", "{}" * 1000)
+        z.writestr("ben/01_basics.ipynb", "{}" * 1000)
+    data = archive.read_bytes()
+    crc = data.rindex(b"PK\x01\x02", 0, data.rindex(b"ben/01")) + 16  # ben's CRC in the central directory
+    archive.write_bytes(data[:crc] + bytes(b ^ 0xFF for b in data[crc:crc + 4]) + data[crc + 4:])
+    found = {s.student_id: s for s in collect.from_zip(archive, "01_basics.ipynb", None, tmp_path / "scratch")}
+    assert found["ana"].path.read_text() == "{}" * 1000
+    assert found["ben"].path is None and found["ben"].status == "invalid"
+    assert "could not be unpacked" in found["ben"].message and "CRC" in found["ben"].message

@@ -1,0 +1,35 @@
+"""The course's nbgrader configuration, read once from the course folder and handed down to every step.
+
+Relative paths in it mean the course folder. They are made absolute here, where the file is read: nbgrader's
+converters change into other folders (a scratch course per hand-in) before their steps read them.
+"""
+
+import os
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+from traitlets.config import Config, PyFileConfigLoader
+
+FILE = "nbgrader_config.py"
+
+
+def load(course: Path, settings: dict) -> Config:
+    """The course's settings (its nbgrader_config.py) with the command line's on top, every path resolved against the
+    course folder; SystemExit naming a read-only folder that does not exist."""
+    course = Path(course).resolve()
+    path = course / FILE
+    config = PyFileConfigLoader(FILE, path=str(course)).load_config() if path.exists() else Config()
+    config.merge(Config(settings))
+    config.CourseDirectory.root = str(course)
+    folders = [str(course / p) for p in config.SandboxedKernelManager.get("read_only", [])]
+    missing = [f for f in folders if not os.path.isdir(f)]
+    if missing:
+        raise SystemExit(f"{path}: SandboxedKernelManager.read_only names {', '.join(missing)}, which "
+                         f"{'is not a folder' if len(missing) == 1 else 'are not folders'}: the kernels could not "
+                         "read what the notebooks import. Relative paths there mean the course folder.")
+    config.SandboxedKernelManager.read_only = folders
+    url = config.CourseDirectory.get("db_url", "")
+    if url and make_url(url).get_backend_name() == "sqlite" and make_url(url).database \
+            and not os.path.isabs(make_url(url).database):
+        config.CourseDirectory.db_url = f"sqlite:///{course / make_url(url).database}"
+    return config
