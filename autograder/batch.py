@@ -210,6 +210,10 @@ def grade(options: Options) -> list[dict]:
     cd = CourseDirectory(config=config)
     assignment, source = resolve(cd, options.assignment)
     out = (options.out or options.course / "autograder" / "grades" / assignment).resolve()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise SystemExit(f"cannot write the grades into {out}: {error.strerror}") from None
     with exclusive(out / ".lock", f"another grading is writing into {out}: wait for it to finish, or pass --out"):
         rows = grade_class(options, config, cd, assignment, source, out)
     summarise(rows, out, time.perf_counter() - wall, config, options.shard)
@@ -244,9 +248,9 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
         with step("reading the due dates in the course's gradebook"):
             due = gradebook.due_dates(cd, assignment, [s.student_id for s in found])
 
-        def make_job(s):
+        def make_job(s):  # a scratch course named by no student id: its gradebook's URL would decode a '%' in it
             return grade_one.Job(s.student_id, assignment, source.name, str(s.path or ""), str(template),
-                                 str(scratch / "work" / s.student_id), str(out), config, points, others, s.message,
+                                 str(scratch / "work" / hashlib.sha256(s.student_id.encode()).hexdigest()[:16]), str(out), config, points, others, s.message,
                                  s.timestamp, s.secret, due.get(s.student_id, ""), s.given_id)
 
         results, todo = plan(found, options, make_job, out)

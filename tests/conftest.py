@@ -1,16 +1,28 @@
 """pytest settings for the course's tests."""
 
 import os
+import shutil
+import tempfile
 
 import pytest
 
 
 def pytest_configure(config):
-    """One OpenMP thread per process: kernels and nbgrader runs inherit it."""
+    """One OpenMP thread per process: kernels and nbgrader runs inherit it. The run's folder for the shipped course
+    (tests/shipped.py), made once by the main process: xdist's workers inherit its name."""
+    from shipped import PLACE_VARIABLE
+    if not hasattr(config, "workerinput") and PLACE_VARIABLE not in os.environ:
+        os.environ[PLACE_VARIABLE] = config.course_place = tempfile.mkdtemp(prefix="pytorch-course-tests-", dir="/tmp")
+        os.chmod(config.course_place, 0o755)  # every account of the tests may enter it, as /tmp's own folders
     # The suite runs several kernels at once on 2 cores. With torch's default of one thread per core they
     # oversubscribe the CPU, and OpenMP threads waiting on each other slowed notebook 04's training cell
     # from 0.6 s to 37 s (measured on this 2-core machine).
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def pytest_unconfigure(config):
+    if getattr(config, "course_place", None):
+        shutil.rmtree(config.course_place, ignore_errors=True)
 
 
 def pytest_runtest_setup(item):

@@ -1,16 +1,15 @@
-"""The course's bulk grader grades each notebook's class: solutions get full marks, unedited notebooks 0, wrong answers
-lose the points of their exercise only; lesson cells tagged skip-in-grading are skipped, and run once edited."""
+"""The course's bulk grader grades each notebook's class, as shipped (`make grade` by an ordinary user in a fresh copy
+of the repository under /tmp): solutions get full marks, unedited notebooks 0, wrong answers lose the points of their
+exercise only; lesson cells tagged skip-in-grading are skipped, and run once edited."""
 
 import json
 import os
-import subprocess
-import sys
 
-import nbformat
 import pytest
 
-from course import (ROOT, answer_ids, assignments, grading, read, release_path, scratch_course, solution_answers,
-                    source_path, graded_cells_of, with_answers, wrong_answers)
+import shipped
+from course import (answer_ids, assignments, grading, read, release_path, solution_answers, source_path,
+                    graded_cells_of, with_answers, wrong_answers)
 from torchcourse.check import SKIP_TAG
 
 
@@ -45,23 +44,16 @@ def class_of(assignment: str, release) -> dict:
     return students
 
 
-def grade_class(assignment: str, wanted: set[str], workdir) -> tuple[dict, object]:
-    """The wanted students of one assignment, graded in one batch by `python -m autograder grade`, as instructors do."""
-    course = scratch_course(workdir / "course", ROOT / "solutions", (assignment,))
-    name = source_path(assignment).name
-    submissions, out = workdir / "submissions", workdir / "out"
-    for student, nb in class_of(assignment, read(release_path(assignment))).items():
-        if student in wanted:
-            (submissions / student).mkdir(parents=True)
-            nbformat.write(nb, submissions / student / name)
-    # One kernel per batch, of one thread: xdist runs a batch on each core.
-    command = [sys.executable, "-m", "autograder", "grade", assignment, str(submissions), "--jobs", "1",
-               "--course", str(course), "--out", str(out)]
-    env = dict(os.environ, HOME=str(workdir), XDG_CACHE_HOME=str(workdir / "cache"), OMP_NUM_THREADS="1",
-               MKL_NUM_THREADS="1")
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
-    if result.returncode:
-        raise RuntimeError(f"grading {assignment} failed ({result.returncode}):\n{result.stderr[-3000:]}")
+def grade_class(assignment: str, wanted: set[str]) -> tuple[dict, object]:
+    """The wanted students of one assignment, graded in one batch by `make grade`, by an ordinary user, in the
+    repository as shipped (tests/shipped.py)."""
+    submissions = shipped.write_hand_ins(
+        shipped.instructor().home / "classes" / assignment,
+        {s: nb for s, nb in class_of(assignment, read(release_path(assignment))).items() if s in wanted},
+        source_path(assignment).name)
+    # One kernel per batch: xdist runs a batch on each core (and the suite one OpenMP thread per process).
+    shipped.make_grade(assignment, submissions, jobs=1)
+    out = shipped.course() / "autograder" / "grades" / assignment
     results = {student: json.loads((out / "results" / f"{student}.json").read_text()) for student in wanted}
     unsure = {s: f"{r['status']}: {r['message']}" for s, r in results.items() if r["status"] != "graded"}
     if unsure:
@@ -93,7 +85,7 @@ def graded(request, tmp_path_factory):
                       if getattr(item, "callspec", None) and item.callspec.params.get("assignment") == assignment
                       and "student" in item.callspec.params}
             try:
-                cache[assignment] = grade_class(assignment, wanted, tmp_path_factory.mktemp(f"grade-{assignment}"))
+                cache[assignment] = grade_class(assignment, wanted)
             except Exception as error:  # kept: every later test of this class reports this cause, not a second grading
                 cache[assignment] = error
         if isinstance(cache[assignment], Exception):
