@@ -36,8 +36,8 @@ def file_name_of(student: str) -> str:
     letters, digits and @+._- alone, else its other characters percent-encoded (UTF-8); never . or .., never longer
     than MAX_NAME (a longer one is cut and ends in ~ and a hash of the whole id, and ~ appears nowhere else)."""
     name = urllib.parse.quote(student, safe="@+").replace("~", "%7E") or "%"
-    if name.startswith("."):
-        name = "%2E" + name[1:]
+    if name[0] in ".+-@=":  # hidden files, command-line options, spreadsheet formulas: never first
+        name = f"%{ord(name[0]):02X}{name[1:]}"
     if len(name) > MAX_NAME:
         name = f"{name[:MAX_NAME - 17]}~{hashlib.sha256(student.encode()).hexdigest()[:16]}"
     return name
