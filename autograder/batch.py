@@ -20,7 +20,7 @@ from nbgrader.coursedir import CourseDirectory
 from sqlalchemy.engine import make_url
 from traitlets.config import Config
 
-from . import config as course_config, gradebook, grade_one, processes
+from . import config as course_config, gradebook, grade_one, processes, reference
 from .collect import collect, from_course
 from .kernel import SandboxUnavailable, require_sandbox
 from .notebook import nbgrader_ids
@@ -239,6 +239,12 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
             shutil.copytree(source.parent, template / "source" / assignment)
             in_child(gradebook.generate_assignment, config, assignment, template,
                      f"sqlite:///{template}/gradebook.db", template / "release")
+        with step("running the solution once for the values its tests expect"):
+            expected = in_child(reference.expected_values, config, source, scratch / "solution",
+                                out / "solution.log")
+            if isinstance(expected, str):
+                raise SystemExit(expected)
+            reference.write(expected, template / reference.FILE)
         submitted = options.submissions or Path(cd.root) / cd.submitted_directory
         with step(f"reading the submissions in {submitted}"):
             found = from_course(submitted, assignment, source.name) if options.submissions is None else \

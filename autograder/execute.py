@@ -13,7 +13,9 @@ from traitlets import Integer
 from torchcourse.check import HIDDEN
 
 from .integrity import SETUP, Canary, isolated, names_used, probes_for, what_changed
+from .judge import as_graded, sent, verdict
 from .kernel import SandboxedKernelManager
+from .notebook import grade_id
 
 FINDINGS = "autograder"  # the notebook metadata key under which a run's findings reach nbgrader's later steps
 NOT_RUN = "(not run in grading: a lesson cell as it was released, which the exercises do not need)\n"
@@ -43,6 +45,10 @@ class GuardedExecute(Execute):
         kw.setdefault("kernel_manager_class", SandboxedKernelManager)
         super().__init__(shutdown_kernel="immediate", **kw)
         self.skip: dict[int, str] = {}  # cell index -> why it is not run (set by the grader before a second attempt)
+        # What the solution's test cells sent (judge.py), grade_id -> values: the test cells then run without their
+        # expected values and the grader judges what they send. None: they run as written, comparing in the kernel.
+        self.expected: dict[str, list[dict]] | None = None
+        self.recording = False  # the solution's own run, which makes `expected`: test cells run as in a grading
         self.lessons_skipped: set[str] = set()  # ids of lesson cells the grading does not need (lessons.py)
         self.reset()
 
@@ -60,6 +66,8 @@ class GuardedExecute(Execute):
         self.audit: dict = {}
         self.probes: list[str] = []  # the functions worth probing: those the notebook's tests call
         self.checked_before: int | None = None  # a test cell whose check ran right after the test before it
+        self.sent: dict[str, list[dict]] = {}  # grade_id -> the values its test cell sent
+        self.count = 0  # the execution count the notebook shows: the grader's, never the kernel's
 
 
     def preprocess(self, nb, resources=None, km=None):
@@ -98,21 +106,53 @@ class GuardedExecute(Execute):
             self.hidden_started = self.hidden_started or bool(HIDDEN.search(cell.source))
             if self.checked_before != cell_index and not await self._trusted([cell], cell_index, after_test=False):
                 return cell
-        start = time.perf_counter()
+        start, source = time.perf_counter(), cell.source
+        judged = test and (self.expected is not None or self.recording)
         try:
+            if judged:
+                cell.source = as_graded(source)  # the expected values stay in the grader
             cell = await super().async_execute_cell(cell, cell_index, execution_count, store_history)
         except (DeadKernelError, CellTimeoutError):
             process = getattr(getattr(self.km, "provisioner", None), "process", None)
             self.kernel_exit = process.poll() if process is not None else None
             raise
         finally:
+            cell.source = source
             self.execute_seconds += time.perf_counter() - start
+            self.own_counts(cell)
+        if judged:
+            self.judge(cell)
         if test:  # a test run in a tampered kernel scores 0 too; a test cell next is checked by the same check
             following = self.next_code_cell(cell_index)
             together = following is not None and following not in self.skip and is_test(self.nb.cells[following])
             await self._trusted([cell] + ([self.nb.cells[following]] if together else []), cell_index, after_test=True)
             self.checked_before = following if together else None
         return cell
+
+    def own_counts(self, cell) -> None:
+        """The cell's execution count, and its outputs' metadata and display ids, as the grader sets them: a kernel can
+        send any number or data there, and the feedback shows them."""
+        self.count += 1
+        cell.execution_count = self.count
+        for output in cell.get("outputs", []):
+            if "execution_count" in output:
+                output.execution_count = self.count
+            if "metadata" in output:
+                output.metadata = NotebookNode()
+            output.pop("transient", None)
+
+    def judge(self, cell) -> None:
+        """Take the values the test cell sent out of its outputs; in a grading, fail it where they are not the
+        solution's (the cell's outputs say how, the feedback as much as hides no hidden test)."""
+        values, cell.outputs = sent(cell.outputs)
+        gid = grade_id(cell)
+        self.sent[gid] = values
+        if self.recording or any(o.get("output_type") == "error" for o in cell.outputs):
+            return  # an error of the cell's own already fails it, and says why
+        full, safe = verdict(self.expected.get(gid, []), values)
+        if full:
+            cell.outputs.append(error_output("AssertionError", full))
+            self.verdicts[cell.id] = f"AssertionError: {safe}"
 
     def next_code_cell(self, index: int) -> int | None:
         return next((i for i in range(index + 1, len(self.nb.cells)) if self.nb.cells[i].cell_type == "code"), None)

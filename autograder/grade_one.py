@@ -25,7 +25,7 @@ from nbgrader.utils import parse_utc
 from sqlalchemy.exc import SAWarning
 from traitlets.config import Config
 
-from . import notebook, processes
+from . import notebook, processes, reference
 from .execute import GuardedExecute
 from .kernel import UNFENCED_WARNING
 from .lessons import skippable
@@ -140,6 +140,10 @@ def autograde(job: Job, nb, skip: dict[int, str], lessons: set[str],
     config = course_config(job, root)
     execute = GuardedExecute(config=config)
     execute.skip, execute.lessons_skipped = skip, lessons
+    try:
+        execute.expected = reference.read(Path(job.template) / reference.FILE)
+    except (OSError, ValueError) as error:
+        raise GraderError(f"the batch's expected values are unreadable ({error})") from None
     converter = Autograde(coursedir=CourseDirectory(config=config), config=config)
     converter.autograde_preprocessors = with_execute_step(converter.autograde_preprocessors, execute)
     try:

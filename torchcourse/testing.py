@@ -1,8 +1,37 @@
-"""What the exercises' tests share: checking that an answer does not call what it was told not to."""
+"""What the exercises' tests share: `expect` for values, `outcome` for a call that may raise, `refused` for a
+function an answer must not call."""
 
 import contextlib
 
+from . import values
+from .values import Raised  # noqa: F401 (what tests expect of a call that raises)
+
 _ABSENT = object()
+
+
+def expect(label: str, got, want=_ABSENT, *, rtol: float = 0.0, atol: float = 0.0) -> None:
+    """Check that `got` is `want` (floats and tensors within rtol and atol, types exactly), else AssertionError.
+
+    In a grading the grader removes `want` from the test cell before it runs (autograder/values.py): `got` is then
+    sent out as plain data and judged by the grader, against what the solution gave, with the same message."""
+    got = values.plain(got)
+    if want is _ABSENT:
+        from IPython.display import display
+        display({values.MIME: {"label": str(label), "value": got, "rtol": rtol, "atol": atol}}, raw=True)
+        return
+    problem = values.judge(values.plain(want), got, rtol, atol)
+    if problem:
+        raise AssertionError(f"{label}: {problem}")
+
+
+def outcome(function, *args, **kwargs):
+    """What `function(*args, **kwargs)` returned, or values.Raised for what it raised (to expect either)."""
+    try:
+        return function(*args, **kwargs)
+    except AssertionError:  # a test's own verdict (`refused`): it stays a failure
+        raise
+    except Exception as error:
+        return values.Raised(error)
 
 
 @contextlib.contextmanager

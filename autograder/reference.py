@@ -1,0 +1,45 @@
+"""The expected values of a batch: the solution notebook run once, by the grader's own execute step, recording what
+each of its test cells sends (judge.py). Every hand-in of the batch is judged against them."""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import nbformat
+
+from .execute import GuardedExecute, is_test
+from .notebook import grade_id
+
+
+FILE = "expected.json"  # in the batch's template course
+
+
+def expected_values(config, source: Path, folder: Path, log: Path) -> dict[str, list[dict]] | str:
+    """grade_id -> the values the solution's test cell sent, from a run of `source` in `folder` (made here); or why
+    there are none: one of the solution's own tests failed, so no hand-in can be judged against it. Run in a process
+    of its own (batch.py forks one): its output and the kernel's go to `log`."""
+    with open(log, "w") as handle:
+        os.dup2(handle.fileno(), 1)
+        os.dup2(handle.fileno(), 2)
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(source, folder / source.name)
+    nb = nbformat.read(folder / source.name, as_version=4)
+    execute = GuardedExecute(config=config)
+    execute.recording = True
+    execute.allow_errors = True  # every failure is reported below, not the first alone
+    execute.preprocess(nb, {"metadata": {"path": str(folder)}})
+    failed = [f"{grade_id(c)} ({e.ename}: {str(e.get('evalue'))[:300]})" for c in nb.cells if is_test(c)
+              for e in [o for o in c.get("outputs", []) if o.output_type == "error"][:1]]
+    if failed or execute.tampered:
+        return (f"{source}: the solution fails its own tests, so no hand-in can be judged against it: "
+                f"{'; '.join(failed) or execute.tampered[1]}")
+    return execute.sent
+
+
+def write(values: dict, path: Path) -> None:
+    path.write_text(json.dumps(values))
+
+
+def read(path: Path) -> dict[str, list[dict]]:
+    return json.loads(path.read_text())

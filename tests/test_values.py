@@ -1,0 +1,111 @@
+"""Values judged outside the kernel: plain data (torchcourse/values.py), `expect` (testing.py), the grading form of a
+test cell and the verdict (autograder/judge.py)."""
+
+import ast
+
+import pytest
+import torch
+
+from autograder.judge import as_graded, verdict
+from torchcourse.testing import Raised, expect, outcome
+from torchcourse.values import judge, plain
+
+
+class EqualsAnything(tuple):
+    def __eq__(self, other):
+        return True
+
+
+class LyingTensor(torch.Tensor):
+    """Says every comparison holds and every value is one."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return torch.ones(3) if func is not torch.Tensor.__eq__ else torch.ones(3, dtype=torch.bool)
+
+
+@pytest.mark.parametrize("got, want, says", [
+    ([4, 1], (4, 1), "expected a tuple, got a list"),
+    ((4, 2), (4, 1), "at [1]: expected 1, got 2"),
+    (True, 1, "expected an int, got a bool"),
+    (1.0, 1, "expected an int, got a float"),
+    (EqualsAnything(), (4, 1), "got an object of type test_values.EqualsAnything"),
+    (torch.zeros(3).as_subclass(LyingTensor), torch.ones(3), "3 of 3 values differ"),
+    (torch.ones(3), torch.ones(3, dtype=torch.float64), "expected a tensor of dtype torch.float64, got a tensor of dtype torch.float32"),
+    (torch.ones(2, 3), torch.ones(3, 2), "expected a tensor of shape (3, 2), got shape (2, 3)"),
+    (torch.tensor([1.0, 2.5]), torch.tensor([1.0, 2.0]), "the first at index [1]: expected 2.0, got 2.5"),
+    (Raised(KeyError("x")), Raised(ValueError), "expected ValueError to be raised, got KeyError"),
+    (Raised(ValueError("x")), (1, 2), "expected a tuple, got an error (ValueError)"),
+    ({"a": 1}, {"b": 1}, "expected the keys ['b'], got ['a']"),
+    (float("nan"), 1.0, "expected 1.0, got nan"),
+])
+def test_expect_is_strict_and_says_what_differs(got, want, says):
+    """Types exactly (a subclass is another type, a tensor subclass is judged by its data), then the values."""
+    with pytest.raises(AssertionError) as failed:
+        expect("the label", got, want)
+    assert str(failed.value).startswith("the label: ") and says in str(failed.value), str(failed.value)
+
+
+@pytest.mark.parametrize("got, want, tolerance", [
+    ((4, 1), (4, 1), {}), (float("nan"), float("nan"), {}), (1.0 + 1e-9, 1.0, {"rtol": 1e-6}),
+    (torch.ones(2, 3).t(), torch.ones(3, 2), {}), (torch.ones(2, dtype=torch.bfloat16), torch.ones(2, dtype=torch.bfloat16), {}),
+    (torch.tensor([1.0, float("nan")]), torch.tensor([1.0, float("nan")]), {}), (Raised(UnicodeDecodeError("utf-8", b"", 0, 1, "x")), Raised(ValueError), {}),
+    (torch.ones(3, requires_grad=True) * 2, torch.full((3,), 2.0), {}), (None, None, {}), ({"a": [1, "b"]}, {"a": [1, "b"]}, {}),
+])
+def test_expect_passes_equal_values(got, want, tolerance):
+    """Equal values pass: views and graphs do not matter, NaN equals NaN, a ValueError subclass is a ValueError."""
+    expect("equal", got, want, **tolerance)
+
+
+def test_outcome_keeps_a_test_verdict_and_catches_the_rest():
+    assert outcome(int, "7") == 7 and outcome(int, "x").kind == "ValueError"
+    with pytest.raises(AssertionError):
+        outcome(lambda: (_ for _ in ()).throw(AssertionError("refused")))
+
+
+def test_the_grading_form_of_a_test_cell_holds_no_expected_value():
+    """Every `want` goes, positional or keyword, over several lines, after non-ASCII text; the rest stays as written."""
+    source = ('"""doc: é"""\n### BEGIN HIDDEN TESTS\nfor s in shapes:  # naïve\n'
+              '    expect(f"shape {s} é", f(s), torch.empty(s).stride())\n'
+              'expect("x", g(1,\n   2), want=(3,\n   4), rtol=1e-3)\nexpect("y", h(2))\nprint("done")\n### END HIDDEN TESTS\n')
+    graded = as_graded(source)
+    assert graded == ('"""doc: é"""\n### BEGIN HIDDEN TESTS\nfor s in shapes:  # naïve\n'
+                      '    expect(f"shape {s} é", f(s))\nexpect("x", g(1,\n   2), rtol=1e-3)\nexpect("y", h(2))\n'
+                      'print("done")\n### END HIDDEN TESTS\n')
+    calls = [n for n in ast.walk(ast.parse(graded)) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "expect"]
+    assert all(len(c.args) == 2 and not any(k.arg == "want" for k in c.keywords) for c in calls)
+
+
+def record(label, value, **tolerance):
+    return {"label": label, "value": plain(value), **tolerance}
+
+
+def test_the_verdict_takes_labels_and_tolerances_from_the_solution():
+    """What the kernel sends is judged against the solution's records: order, labels, the solution's tolerance."""
+    expected = [record("a", 1.0, rtol=1e-3, atol=0.0), record("b", (1, 2))]
+    assert verdict(expected, [record("a", 1.0005), record("b", (1, 2))]) == (None, None)
+    assert verdict(expected, [record("a", 1.0005, rtol=1.0, atol=1.0) | {"rtol": 9}, record("b", (1, 3))])[0] == \
+        "b: at [1]: expected 2, got 3"
+    assert "no value was checked" in verdict(expected, [record("a", 1.0)])[0]
+    assert "no longer runs as written" in verdict(expected, [record("b", (1, 2)), record("a", 1.0)])[0]
+    assert "more than it makes" in verdict(expected, [*expected, record("c", 1)])[0]
+    assert "could not be read" in verdict([record("t", torch.ones(2))],
+                                          [{"label": "t", "value": {"t": "tensor", "dtype": "float32", "shape": [2], "data": "AAAA"}}])[0]
+    assert verdict(expected, ["junk", record("b", (1, 2))])[0].startswith("a: ")
+
+
+def test_the_feedback_form_of_a_verdict_says_nothing_the_kernel_chose():
+    """A value the student's code returns could carry what it read of a hidden test: the safe sentence omits it."""
+    secret = "HIDDEN-TEST-TEXT"
+    for value in ((secret,), secret, Raised(ValueError(secret)), type(secret, (), {})()):
+        full, safe = verdict([record("label", ("x",))], [record("label", value)])
+        assert full and safe.startswith("label: ") and secret not in safe, (full, safe)
+    assert secret not in verdict([record("label", 1)], [record(secret, 1)])[1]
+
+
+def test_judge_is_the_same_on_both_sides():
+    """The grader judges plain data, as `expect` does in the kernel: the same sentence."""
+    with pytest.raises(AssertionError) as failed:
+        expect("lbl", [4, 1], (4, 1))
+    assert str(failed.value) == f"lbl: {judge(plain((4, 1)), plain([4, 1]))}"
+    assert verdict([record("lbl", (4, 1))], [record("lbl", [4, 1])])[0] == str(failed.value)
