@@ -50,7 +50,7 @@ def test_expect_is_strict_and_says_what_differs(got, want, says):
     ((4, 1), (4, 1), {}), (float("nan"), float("nan"), {}), (1.0 + 1e-9, 1.0, {"rtol": 1e-6}),
     (torch.ones(2, 3).t(), torch.ones(3, 2), {}), (torch.ones(2, dtype=torch.bfloat16), torch.ones(2, dtype=torch.bfloat16), {}),
     (torch.tensor([1.0, float("nan")]), torch.tensor([1.0, float("nan")]), {}), (Raised(UnicodeDecodeError("utf-8", b"", 0, 1, "x")), Raised(ValueError), {}),
-    (torch.ones(3, requires_grad=True) * 2, torch.full((3,), 2.0), {}), (None, None, {}), ({"a": [1, "b"]}, {"a": [1, "b"]}, {}),
+    (torch.ones(3, requires_grad=True) * 2, torch.full((3,), 2.0), {}), (None, None, {}), ({"a": [1, "b"]}, {"a": [1, "b"]}, {}), ({"a": 1, "b": 2}, {"b": 2, "a": 1}, {}),
 ])
 def test_expect_passes_equal_values(got, want, tolerance):
     """Equal values pass: views and graphs do not matter, NaN equals NaN, a ValueError subclass is a ValueError."""

@@ -122,15 +122,18 @@ def judge(want: dict, got: dict, rtol: float = 0.0, atol: float = 0.0) -> str | 
     if want["t"] != got["t"] or want["t"] == "other" or (want["t"] == "tensor" and want["dtype"] != got["dtype"]):
         return f"expected {kind_of(want)}, got {kind_of(got)}" + (f": {shown(got)}" if got["t"] != "other" else "")
     t = want["t"]
-    if t in ("tuple", "list", "dict"):
+    if t == "dict":  # as Python compares dicts: the same keys, in any order, with equal values
+        w, g = dict(want["v"]), dict(got["v"])
+        if sorted(w) != sorted(g):
+            return f"expected the keys {sorted(w)}, got {sorted(g)}"
+        return next((f"at [{k!r}]: {inner}" for k in sorted(w) if (inner := judge(w[k], g[k], rtol, atol))), None)
+    if t in ("tuple", "list"):
         if len(want["v"]) != len(got["v"]):
             return f"expected {shown(want)}, got {shown(got)} (length {len(got['v'])}, not {len(want['v'])})"
         for k, (w, g) in enumerate(zip(want["v"], got["v"])):
-            if t == "dict" and w[0] != g[0]:
-                return f"expected the keys {[w[0] for w in want['v']]}, got {[g[0] for g in got['v']]}"
-            inner = judge(w[1], g[1], rtol, atol) if t == "dict" else judge(w, g, rtol, atol)
+            inner = judge(w, g, rtol, atol)
             if inner:
-                return f"at {[w[0]] if t == 'dict' else [k]}: {inner}" if len(want["v"]) > 1 or t == "dict" else inner
+                return f"at [{k}]: {inner}" if len(want["v"]) > 1 else inner
         return None
     if t == "tensor":
         if want["shape"] != got["shape"]:
