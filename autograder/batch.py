@@ -254,10 +254,12 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
         with step("reading the due dates in the course's gradebook"):
             due = gradebook.due_dates(cd, assignment, [s.student_id for s in found])
 
-        def make_job(s):  # a scratch course named by no student id: its gradebook's URL would decode a '%' in it
-            return grade_one.Job(s.student_id, assignment, source.name, str(s.path or ""), str(template),
-                                 str(scratch / "work" / hashlib.sha256(s.student_id.encode()).hexdigest()[:16]), str(out), config, points, others, s.message,
-                                 s.timestamp, s.secret, due.get(s.student_id, ""), s.given_id)
+        def make_job(s):
+            # a scratch course named by no student id: its gradebook's URL would decode a '%' in the id
+            work = scratch / "work" / hashlib.sha256(s.student_id.encode()).hexdigest()[:16]
+            return grade_one.Job(s.student_id, assignment, source.name, str(s.path or ""), str(template), str(work),
+                                 str(out), config, points, others, s.message, s.timestamp, s.secret,
+                                 due.get(s.student_id, ""), s.given_id)
 
         results, todo = plan(found, options, make_job, out)
         part = f" (shard {options.shard[0]} of {options.shard[1]})" if options.shard else ""

@@ -10,6 +10,8 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 from traitlets.config import Config, PyFileConfigLoader
 
+from .kernel import not_folders
+
 FILE = "nbgrader_config.py"
 
 
@@ -22,7 +24,7 @@ def load(course: Path, settings: dict) -> Config:
     config.merge(Config(settings))
     config.CourseDirectory.root = str(course)
     folders = [str(course / p) for p in config.SandboxedKernelManager.get("read_only", [])]
-    missing = [f for f in folders if not os.path.isdir(f)]
+    missing = not_folders(folders)
     if missing:
         raise SystemExit(f"{path}: SandboxedKernelManager.read_only names {', '.join(missing)}, which "
                          f"{'is not a folder' if len(missing) == 1 else 'are not folders'}: the kernels could not "

@@ -15,35 +15,37 @@ from torchcourse.values import MIME, judge, kind_of
 CALL = "expect"  # torchcourse.testing.expect, as the test cells import it
 
 
-def as_graded(source: str) -> str:
-    """`source` with the expected value (third argument, or want=) of each `expect(...)` call removed, text kept."""
+def wants(source: str) -> list[tuple[int, int]]:
+    """UTF-8 byte spans of the expected values (third argument, or want=) of each `expect(...)` call in `source`,
+    each from the end of the argument before it."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return source
-    lines = source.splitlines(keepends=True)
+        return []
     starts = [0]
-    for line in lines:
+    for line in source.splitlines(keepends=True):
         starts.append(starts[-1] + len(line.encode()))
-    data = source.encode()
 
-    def offset(lineno: int, col: int) -> int:  # ast's columns count UTF-8 bytes
-        return starts[lineno - 1] + col
+    def end(node) -> int:  # ast's columns count UTF-8 bytes
+        return starts[node.end_lineno - 1] + node.end_col_offset
 
-    cuts = []
+    spans = []
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == CALL):
             continue
         if len(node.args) >= 3:
-            before, want = node.args[1], node.args[2]
-            cuts.append((offset(before.end_lineno, before.end_col_offset), offset(want.end_lineno, want.end_col_offset)))
+            spans.append((end(node.args[1]), end(node.args[2])))
         for k, keyword in enumerate(node.keywords):
             if keyword.arg == "want":
-                previous = node.args[-1] if not k else node.keywords[k - 1].value
-                cuts.append((offset(previous.end_lineno, previous.end_col_offset),
-                             offset(keyword.value.end_lineno, keyword.value.end_col_offset)))
-    for start, end in sorted(cuts, reverse=True):
-        data = data[:start] + data[end:]
+                spans.append((end(node.args[-1] if not k else node.keywords[k - 1].value), end(keyword.value)))
+    return spans
+
+
+def as_graded(source: str) -> str:
+    """`source` with the expected value of each `expect(...)` call removed, the rest of its text as written."""
+    data = source.encode()
+    for start, stop in sorted(wants(source), reverse=True):
+        data = data[:start] + data[stop:]
     return data.decode()
 
 

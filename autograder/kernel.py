@@ -41,6 +41,11 @@ def require_sandbox(bwrap: str = "bwrap") -> None:
             "permissions: --unfenced (make grade ARGS=--unfenced), or SandboxedKernelManager.unfenced = True")
 
 
+def not_folders(paths: list[str]) -> list[str]:
+    """The paths that are not folders (read_only must name folders that exist)."""
+    return [p for p in paths if not os.path.isdir(p)]
+
+
 class SandboxedKernelManager(AsyncKernelManager):
     """A kernel in a bubblewrap sandbox (see sandbox.py), with limits on memory, processes and scratch space."""
 
@@ -73,7 +78,7 @@ class SandboxedKernelManager(AsyncKernelManager):
 
         `make grade` hands down absolute paths (config.load); plain `nbgrader autograde` runs in the course folder."""
         folders = [os.path.abspath(p) for p in self.read_only]
-        missing = [f for f in folders if not os.path.isdir(f)]
+        missing = not_folders(folders)
         if missing:
             raise ValueError(f"SandboxedKernelManager.read_only names {', '.join(missing)}: not a folder")
         return [sys.prefix, sys.base_prefix, sys.exec_prefix, *folders]

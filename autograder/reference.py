@@ -9,6 +9,7 @@ from pathlib import Path
 import nbformat
 
 from .execute import GuardedExecute, is_test
+from .judge import wants
 from .notebook import grade_id
 
 
@@ -19,12 +20,13 @@ def expected_values(config, source: Path, folder: Path, log: Path) -> dict[str, 
     """grade_id -> the values the solution's test cell sent, from a run of `source` in `folder` (made here); or why
     there are none: one of the solution's own tests failed, so no hand-in can be judged against it. Run in a process
     of its own (batch.py forks one): its output and the kernel's go to `log`."""
+    nb = nbformat.read(source, as_version=4)
+    if not any(wants(c.source) for c in nb.cells if is_test(c)):
+        return {}  # tests that compare in the kernel alone: nothing to run the solution for
     with open(log, "w") as handle:
         os.dup2(handle.fileno(), 1)
         os.dup2(handle.fileno(), 2)
-    folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy(source, folder / source.name)
-    nb = nbformat.read(folder / source.name, as_version=4)
+    shutil.copytree(source.parent, folder, dirs_exist_ok=True)  # the files beside the notebook, as a grading has
     execute = GuardedExecute(config=config)
     execute.recording = True
     execute.allow_errors = True  # every failure is reported below, not the first alone

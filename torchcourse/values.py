@@ -8,6 +8,7 @@ Plain data is JSON: a dict tagged with the value's type, so that a tuple is neve
 
 import base64
 import math
+import sys
 
 import numpy as np
 
@@ -60,7 +61,6 @@ def plain(value, depth: int = 0) -> dict:
 
 def plain_tensor(value) -> dict | None:
     """A tensor (of any subclass) as a plain torch.Tensor sees it; None if `value` is none."""
-    import sys
     torch = sys.modules.get("torch")  # a value can only be a tensor if torch was imported
     if torch is None or not isinstance(value, torch.Tensor):
         return None
