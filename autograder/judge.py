@@ -13,11 +13,13 @@ import ast
 from torchcourse.values import MIME, judge, kind_of
 
 CALL = "expect"  # torchcourse.testing.expect, as the test cells import it
+HELPER = "_want"  # a test's function named _want... computes expected values only: a grading removes it too
 
 
-def wants(source: str) -> list[tuple[int, int]]:
-    """UTF-8 byte spans of the expected values (third argument, or want=) of each `expect(...)` call in `source`,
-    each from the end of the argument before it."""
+def removals(source: str) -> list[tuple[int, int, bytes]]:
+    """(start, stop, filler) UTF-8 byte spans a grading takes out of `source`: the expected value (third argument, or
+    want=) of each `expect(...)` call, from the end of the argument before it; each `def _want...` (a reference the
+    test computes expected values with), whose text becomes `pass` so that its block stays a block."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -26,26 +28,37 @@ def wants(source: str) -> list[tuple[int, int]]:
     for line in source.splitlines(keepends=True):
         starts.append(starts[-1] + len(line.encode()))
 
-    def end(node) -> int:  # ast's columns count UTF-8 bytes
-        return starts[node.end_lineno - 1] + node.end_col_offset
+    def at(line, col) -> int:  # ast's columns count UTF-8 bytes
+        return starts[line - 1] + col
 
     spans = []
     for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name.startswith(HELPER) and not node.decorator_list:
+            spans.append((at(node.lineno, node.col_offset), at(node.end_lineno, node.end_col_offset), b"pass"))
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == CALL):
             continue
         if len(node.args) >= 3:
-            spans.append((end(node.args[1]), end(node.args[2])))
+            spans.append((at(node.args[1].end_lineno, node.args[1].end_col_offset),
+                          at(node.args[2].end_lineno, node.args[2].end_col_offset), b""))
         for k, keyword in enumerate(node.keywords):
             if keyword.arg == "want":
-                spans.append((end(node.args[-1] if not k else node.keywords[k - 1].value), end(keyword.value)))
-    return spans
+                before = node.keywords[k - 1].value if k else node.args[-1]
+                spans.append((at(before.end_lineno, before.end_col_offset),
+                              at(keyword.value.end_lineno, keyword.value.end_col_offset), b""))
+    # a span inside another (an expect in a _want helper) goes with it
+    return [s for s in spans if not any(o is not s and o[0] <= s[0] and s[1] <= o[1] for o in spans)]
+
+
+def wants(source: str) -> bool:
+    """Whether a grading takes anything out of `source` (it has expected values)."""
+    return bool(removals(source))
 
 
 def as_graded(source: str) -> str:
-    """`source` with the expected value of each `expect(...)` call removed, the rest of its text as written."""
+    """`source` as a grading runs it: without the expected values and the `_want...` helpers, the rest as written."""
     data = source.encode()
-    for start, stop in sorted(wants(source), reverse=True):
-        data = data[:start] + data[stop:]
+    for start, stop, filler in sorted(removals(source), reverse=True):
+        data = data[:start] + filler + data[stop:]
     return data.decode()
 
 

@@ -24,6 +24,21 @@ class LyingTensor(torch.Tensor):
         return torch.ones(3) if func is not torch.Tensor.__eq__ else torch.ones(3, dtype=torch.bool)
 
 
+class ZerosMode(torch.overrides.TorchFunctionMode):
+    """A mode that makes every tensor a torch function returns zeros."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        return torch.zeros_like(out) if isinstance(out, torch.Tensor) else out
+
+
+def test_a_mode_left_active_does_not_change_the_data_sent():
+    """A torch function mode could make the got and the want look alike in the kernel: plain data is read without it."""
+    ones, threes = torch.ones(2), torch.full((2,), 3.0)
+    with ZerosMode(), pytest.raises(AssertionError, match="2 of 2 values differ"):
+        expect("under a mode", ones, threes)
+
+
 @pytest.mark.parametrize("got, want, says", [
     ([4, 1], (4, 1), "expected a tuple, got a list"),
     ((4, 2), (4, 1), "at [1]: expected 1, got 2"),
@@ -37,7 +52,11 @@ class LyingTensor(torch.Tensor):
     (Raised(KeyError("x")), Raised(ValueError), "expected ValueError to be raised, got KeyError"),
     (Raised(ValueError("x")), (1, 2), "expected a tuple, got an error (ValueError)"),
     ({"a": 1}, {"b": 1}, "expected the keys ['b'], got ['a']"),
+    ({1: 1.0, "1": 2.0}, {1: 1.0, 2: 2.0}, "expected the keys [1, 2], got ['1', 1]"),
     (float("nan"), 1.0, "expected 1.0, got nan"),
+    (torch.device("cuda", 0), torch.device("cpu"), "expected device('cpu'), got device('cuda:0')"),
+    ("cpu", torch.device("cpu"), "expected a device, got a str"),
+    ([torch.float32], [torch.bfloat16], "expected torch.bfloat16, got torch.float32"),
 ])
 def test_expect_is_strict_and_says_what_differs(got, want, says):
     """Types exactly (a subclass is another type, a tensor subclass is judged by its data), then the values."""
@@ -50,7 +69,9 @@ def test_expect_is_strict_and_says_what_differs(got, want, says):
     ((4, 1), (4, 1), {}), (float("nan"), float("nan"), {}), (1.0 + 1e-9, 1.0, {"rtol": 1e-6}),
     (torch.ones(2, 3).t(), torch.ones(3, 2), {}), (torch.ones(2, dtype=torch.bfloat16), torch.ones(2, dtype=torch.bfloat16), {}),
     (torch.tensor([1.0, float("nan")]), torch.tensor([1.0, float("nan")]), {}), (Raised(UnicodeDecodeError("utf-8", b"", 0, 1, "x")), Raised(ValueError), {}),
-    (torch.ones(3, requires_grad=True) * 2, torch.full((3,), 2.0), {}), (None, None, {}), ({"a": [1, "b"]}, {"a": [1, "b"]}, {}), ({"a": 1, "b": 2}, {"b": 2, "a": 1}, {}),
+    (torch.ones(3, requires_grad=True) * 2, torch.full((3,), 2.0), {}), (None, None, {}), ({"a": [1, "b"]}, {"a": [1, "b"]}, {}), ({"a": 1, "b": 2}, {"b": 2, "a": 1}, {}), ({4: 0.5, 1: 1.0}, {1: 1.0, 4: 0.5}, {}),
+    (torch.nn.Linear(2, 1).state_dict(), dict(torch.nn.Linear(2, 1).state_dict()), {"atol": 10.0}),
+    (torch.device("cpu"), torch.device("cpu"), {}), (torch.ones(1).dtype, torch.float32, {}),
 ])
 def test_expect_passes_equal_values(got, want, tolerance):
     """Equal values pass: views and graphs do not matter, NaN equals NaN, a ValueError subclass is a ValueError."""
@@ -109,3 +130,14 @@ def test_judge_is_the_same_on_both_sides():
         expect("lbl", [4, 1], (4, 1))
     assert str(failed.value) == f"lbl: {judge(plain((4, 1)), plain([4, 1]))}"
     assert verdict([record("lbl", (4, 1))], [record("lbl", [4, 1])])[0] == str(failed.value)
+
+
+def test_a_grading_removes_the_helpers_that_compute_expected_values():
+    """A `def _want...` becomes `pass` (its block stays a block), with any expect inside it; other defs stay."""
+    source = ('def _want_sum(x):\n    """doc"""\n    expect("inner", x, 1)\n    return x + 1\n\n'
+              'def helper(x):\n    return x\n\nif True:\n    def _want_twice(x):\n        return 2 * x\n'
+              'expect("a", helper(1), _want_sum(1))\nexpect("b", helper(2), want=_want_twice(2))\n')
+    graded = as_graded(source)
+    assert graded == ('pass\n\ndef helper(x):\n    return x\n\nif True:\n    pass\n'
+                      'expect("a", helper(1))\nexpect("b", helper(2))\n')
+    compile(graded, "cell", "exec")

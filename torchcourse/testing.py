@@ -12,8 +12,9 @@ _ABSENT = object()
 def expect(label: str, got, want=_ABSENT, *, rtol: float = 0.0, atol: float = 0.0) -> None:
     """Check that `got` is `want` (floats and tensors within rtol and atol, types exactly), else AssertionError.
 
-    In a grading the grader removes `want` from the test cell before it runs (autograder/values.py): `got` is then
-    sent out as plain data and judged by the grader, against what the solution gave, with the same message."""
+    In a grading the grader removes `want` (and any function of the cell named `_want...`, a reference that computes
+    expected values) before the cell runs (autograder/judge.py): `got` is then sent out as plain data and judged by
+    the grader, against what the solution gave, with the same message."""
     got = values.plain(got)
     if want is _ABSENT:
         from IPython.display import display

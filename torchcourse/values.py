@@ -7,6 +7,7 @@ Plain data is JSON: a dict tagged with the value's type, so that a tuple is neve
 """
 
 import base64
+import collections
 import math
 import sys
 
@@ -40,8 +41,9 @@ def type_name(value) -> str:
 
 def plain(value, depth: int = 0) -> dict:
     """`value` as tagged plain data. Only these types are plain, exactly (no subclass): None, bool, int, float, str,
-    tuple, list, dict with str keys, torch.Tensor (as a plain tensor's dtype, shape and bytes), Raised. Anything
-    else becomes {"t": "other", "v": its type's name}, which no expected value equals."""
+    tuple, list, dict (or OrderedDict, as state_dict() gives) with str or int keys, torch.device, torch.dtype,
+    torch.Tensor (as a plain tensor's dtype, shape and bytes), Raised. Anything else becomes
+    {"t": "other", "v": its type's name}, which no expected value equals."""
     kind = type(value)
     if value is None:
         return {"t": "None"}
@@ -51,10 +53,13 @@ def plain(value, depth: int = 0) -> dict:
         return {"t": "float", "v": value if math.isfinite(value) else repr(value)}  # JSON has no nan or inf
     if kind in (tuple, list) and depth < 20:
         return {"t": kind.__name__, "v": [plain(v, depth + 1) for v in value]}
-    if kind is dict and depth < 20 and all(type(k) is str for k in value):
+    if kind in (dict, collections.OrderedDict) and depth < 20 and all(type(k) in (str, int) for k in value):
         return {"t": "dict", "v": [[k, plain(v, depth + 1)] for k, v in value.items()]}
     if kind is Raised:
         return {"t": "raised", "v": value.kind, "bases": value.bases, "message": value.message}
+    torch = sys.modules.get("torch")
+    if torch is not None and kind in (torch.device, torch.dtype):  # neither can be subclassed
+        return {"t": kind.__name__, "v": str(value)}
     tensor = plain_tensor(value)
     return tensor if tensor is not None else {"t": "other", "v": type_name(value)}
 
@@ -65,7 +70,8 @@ def plain_tensor(value) -> dict | None:
     if torch is None or not isinstance(value, torch.Tensor):
         return None
     try:
-        with torch._C.DisableTorchFunctionSubclass():  # a subclass's own __torch_function__ does not run
+        # neither a subclass's __torch_function__ or __torch_dispatch__ nor a mode the notebook left active runs here
+        with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
             t = torch.Tensor.as_subclass(value, torch.Tensor).detach().cpu()
             name = str(t.dtype).removeprefix("torch.")
             if name not in DTYPES:
@@ -114,6 +120,8 @@ def shown(p: dict) -> str:
         return "None"
     if t == "other":
         return kind_of(p)
+    if t in ("device", "dtype"):
+        return f"device({p['v']!r})" if t == "device" else p["v"]
     return repr(float(p["v"]) if t == "float" else p["v"])
 
 
@@ -123,10 +131,10 @@ def judge(want: dict, got: dict, rtol: float = 0.0, atol: float = 0.0) -> str | 
         return f"expected {kind_of(want)}, got {kind_of(got)}" + (f": {shown(got)}" if got["t"] != "other" else "")
     t = want["t"]
     if t == "dict":  # as Python compares dicts: the same keys, in any order, with equal values
-        w, g = dict(want["v"]), dict(got["v"])
-        if sorted(w) != sorted(g):
-            return f"expected the keys {sorted(w)}, got {sorted(g)}"
-        return next((f"at [{k!r}]: {inner}" for k in sorted(w) if (inner := judge(w[k], g[k], rtol, atol))), None)
+        w, g = dict(map(tuple, want["v"])), dict(map(tuple, got["v"]))
+        if set(w) != set(g):
+            return f"expected the keys {sorted(w, key=repr)}, got {sorted(g, key=repr)}"
+        return next((f"at [{k!r}]: {inner}" for k in sorted(w, key=repr) if (inner := judge(w[k], g[k], rtol, atol))), None)
     if t in ("tuple", "list"):
         if len(want["v"]) != len(got["v"]):
             return f"expected {shown(want)}, got {shown(got)} (length {len(got['v'])}, not {len(want['v'])})"
