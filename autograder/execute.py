@@ -12,7 +12,7 @@ from traitlets import Integer
 
 from torchcourse.check import HIDDEN
 
-from .integrity import SETUP, Canary, isolated, names_used, probes_for, what_changed
+from .integrity import Canary, isolated, names_used, preload, probes_for, setup, what_changed
 from .judge import as_graded, sent, verdict
 from .kernel import SandboxedKernelManager
 from .notebook import grade_id
@@ -65,6 +65,8 @@ class GuardedExecute(Execute):
         self.baseline: dict | None = None
         self.audit: dict = {}
         self.probes: list[str] = []  # the functions worth probing: those the notebook's tests call
+        self.preload: list[str] = []  # the modules the tests import, loaded before the notebook runs
+        self.modules_seen: dict[str, int] = {}  # module name -> its identity when a check first saw it
         self.checked_before: int | None = None  # a test cell whose check ran right after the test before it
         self.sent: dict[str, list[dict]] = {}  # grade_id -> the values its test cell sent
         self.count = 0  # the execution count the notebook shows: the grader's, never the kernel's
@@ -73,6 +75,7 @@ class GuardedExecute(Execute):
     def preprocess(self, nb, resources=None, km=None):
         self.reset()
         self.probes = probes_for([cell.source for cell in nb.cells if is_test(cell)])
+        self.preload = preload([cell.source for cell in nb.cells if is_test(cell)])
         nb, resources = super().preprocess(nb, resources, km)
         nb.metadata[FINDINGS] = self.findings()
         return nb, resources
@@ -188,26 +191,30 @@ class GuardedExecute(Execute):
 
     async def _start_checks(self) -> None:
         """Before the notebook's first cell: the audit hook, then the kernel's state to compare every check with."""
-        reply, _ = await self._ask(isolated(SETUP))
-        canary = Canary()
+        reply, _ = await self._ask(isolated(setup(self.preload)))
+        canary = Canary(watch=self.preload)
         report, problem = canary.read(*await self._ask(canary.code))
         if reply is None or reply.get("status") != "ok" or report is None:
             raise RuntimeError(f"the grader's checks could not start in a fresh kernel ({problem or reply})")
         self.baseline, self.audit = report, report.get("audit", {})
+        self.modules_seen = dict(report["modules"])
 
     async def _trusted(self, cells: list, cell_index: int, after_test: bool) -> bool:
         """Check the kernel before the test `cells` (or after the first of them); if it was tampered with, say so in
         test cell `cell_index`, which then scores 0."""
         names, chains = (sorted(set().union(*found)) for found in zip(*(names_used(c.source) for c in cells)))
-        canary = Canary(names, chains, self.probes)
+        canary = Canary(names, chains, self.probes, watch=self.preload)
         report, problem = canary.read(*await self._ask(canary.code))
         if report is not None:
             hidden = any(HIDDEN.search(c.source) for c in cells)  # a hidden test's names stay hidden
-            problem = what_changed(self.baseline, report, self.audit, names, chains, after_test, name_them=not hidden)
+            seen = self.modules_seen
+            problem = what_changed(self.baseline, report, self.audit, names, chains, after_test, not hidden, seen)
             if problem:
                 self.log.warning("tests tampered with, at %s: %s", cells[0].id, what_changed(
-                    self.baseline, report, self.audit, names, chains, after_test))  # the instructor's log names all
+                    self.baseline, report, self.audit, names, chains, after_test, True, seen))  # the log names all
             self.audit = report.get("audit", {})
+            for name, identity in report["modules"].items():
+                seen.setdefault(name, identity)
         if problem is None:
             return True
         self.tampered = (cell_index, problem)

@@ -16,28 +16,77 @@ import json
 import random
 import re
 import secrets
+import sys
+
+# Whether a callable was made by the notebook (defined in it, compiled from a string, or a built-in such as exec or
+# setattr standing in for code) rather than by a library installed on disk: the callbacks, signal handlers and
+# threads a notebook leaves are judged by it. `space`: the notebook's namespace. A library's own code passes.
+NOTEBOOKS_OWN = r"""
+import functools as _functools, os as _os, types as _types
+def notebooks_own(f, space, depth=0):
+    for _ in range(8):
+        if isinstance(f, _functools.partial):
+            f = f.func
+        elif isinstance(f, (_types.MethodType, staticmethod, classmethod)):
+            f = f.__func__
+        else:
+            break
+    if isinstance(f, _types.FunctionType):
+        path = f.__code__.co_filename
+        return f.__globals__ is space or not _os.path.isfile(path) or "ipykernel_" in path
+    if isinstance(f, (_types.BuiltinFunctionType, _types.BuiltinMethodType)):
+        return getattr(getattr(f, "__self__", None), "__name__", None) == "builtins"
+    if type.__dict__["__dict__"].__get__(type(f)).get("__module__") == "__main__":
+        return True
+    call = type(f).__dict__.get("__call__") if depth == 0 else None
+    return isinstance(call, _types.FunctionType) and notebooks_own(call, space, 1)
+"""
 
 # Run once in the fresh kernel, before the notebook's first cell: an audit hook (it cannot be removed) that counts
-# trace and profile functions being set, and code objects of the kernel's machinery being swapped, so that a hook
-# set and removed within one test cell is still seen. `sys.audit("autograder.audit", d)` copies the counts into d.
-SETUP = r'''
-import sys
-def _install():
+# trace and profile functions being set, code objects of the kernel's machinery being swapped, and threads started to
+# run the notebook's own code, so that a hook set and removed, or a thread started and ended, within one test cell
+# is still seen. `sys.audit("autograder.audit", d)` copies the counts into d. Then the modules the tests import, so
+# that the checks know them before the notebook could put others in their place (`setup`).
+SETUP = NOTEBOOKS_OWN + r'''
+import sys, threading
+def _install(space):
     counts, watched = {}, {"sys.settrace": "trace", "sys.setprofile": "profile",
                            "sys.monitoring.register_callback": "monitoring", "sys.monitoring.use_tool_id": "monitoring"}
     machinery = ("IPython", "ipykernel", "jupyter_client", "zmq", "comm", "traitlets")
+    def started(args, Thread=threading.Thread, own=notebooks_own):
+        f = args[0] if args else None
+        thread = getattr(f, "__self__", None)
+        if isinstance(thread, Thread):  # threading's own start: what the thread object will run
+            return any(g is not None and own(g, space) for g in
+                       (getattr(thread, "_target", None), getattr(thread, "function", None), type(thread).run))
+        return own(f, space)
     def hook(event, args, counts=counts, watched=watched, machinery=machinery):
         kind = watched.get(event)
         if kind is None and event == "object.__setattr__" and len(args) > 1 and args[1] == "__code__" \
                 and str(getattr(args[0], "__module__", "")).startswith(machinery):
             kind = "code"
+        if kind is None and event == "_thread.start_new_thread" and started(args):
+            kind = "thread"
+        if kind is None and event == "sys.addaudithook":  # a hook of the notebook's sees every cell run
+            kind = "audithook"
         if kind is not None:
             counts[kind] = counts.get(kind, 0) + 1
         elif event == "autograder.audit" and args and isinstance(args[0], dict):
             args[0].update(counts)
     sys.addaudithook(hook)
-_install()
+_install(get_ipython().user_ns)
+for _name in PRELOAD:
+    try:
+        __import__(_name)
+    except Exception:  # the notebook's own import will say why
+        pass
 '''
+
+
+def setup(preload: list[str]) -> str:
+    """The SETUP cell, importing the modules in `preload` after the hook."""
+    return f"PRELOAD = {list(preload)!r}\n{SETUP}"
+
 
 # The kernel's state that decides how a cell runs and how its errors are reported: identities of these callables
 # (their function and code objects), the transformer lists, and the hooks.
@@ -45,10 +94,9 @@ SHELL = ("run_cell", "run_cell_async", "_run_cell", "should_run_async", "transfo
          "run_ast_nodes", "run_code", "showtraceback", "_showtraceback", "showsyntaxerror", "get_exception_only",
          "set_custom_exc", "CustomTB", "ex", "ev")
 KERNEL = ("do_execute", "execute_request", "dispatch_shell", "send_response", "interrupt_request")
-BUILTINS = ("exec", "eval", "compile", "__import__", "__build_class__")
 
-CHECK = r'''
-import builtins, functools, json, math, sys, threading, types
+CHECK = NOTEBOOKS_OWN + r'''
+import builtins, functools, json, math, signal, sys, threading, types
 def who(thing):
     f = getattr(thing, "__func__", thing)
     code = getattr(f, "__code__", None)
@@ -67,7 +115,11 @@ state.update({f"shell.{n}": [who(t) for t in getattr(ip, n)] for n in
               ("input_transformers_cleanup", "input_transformers_post", "ast_transformers")})
 state["shell.input_transformer_manager"] = who(ip.input_transformer_manager)
 state["shell.custom_exceptions"] = repr(ip.custom_exceptions)
-state.update({f"builtins.{n}": who(getattr(builtins, n)) for n in BUILTINS})
+state.update({f"builtins.{n}": who(v) for n, v in vars(builtins).items() if callable(v)})  # replaced, not shadowed
+state["sys.modules['builtins']"] = who(sys.modules.get("builtins"))
+state["sys.meta_path"] = [who(f) for f in sys.meta_path]  # a finder put first could serve any module a test imports
+state["sys.path_hooks"] = [who(f) for f in sys.path_hooks]
+modules = {n: id(m) for n, m in list(sys.modules.items()) if n in MODULES or n.startswith("torchcourse")}
 state["sys.gettrace()"] = repr(sys.gettrace())
 state["sys.getprofile()"] = repr(sys.getprofile())
 state["threading.gettrace()"] = repr(threading.gettrace())
@@ -121,6 +173,35 @@ for name, ok in checks.items():
         faked.append(name)
 namespace = ip.user_ns
 MISSING = object()
+# What the notebook left to run later, which could undo what it changed before a check looks: its own IPython
+# event callbacks, signal handlers and threads (named by the notebook's own code they run), and torch modes.
+later = [f"IPython {event} callback {who(f)}" for event, fs in ip.events.callbacks.items() for f in fs
+         if notebooks_own(f, namespace)]
+later += [f"a gc callback {who(f)}" for f in __import__("gc").callbacks if notebooks_own(f, namespace)]
+for number in signal.valid_signals():
+    try:
+        handler = signal.getsignal(number)
+    except (ValueError, OSError):
+        continue
+    if callable(handler) and notebooks_own(handler, namespace):
+        later.append(f"a handler of signal {int(number)} ({who(handler)})")
+threads = {t.ident: t for t in threading.enumerate()}
+for ident, frame in sys._current_frames().items():
+    if ident == threading.get_ident():
+        continue
+    thread = threads.get(ident)
+    runs = [getattr(thread, "_target", None), getattr(thread, "function", None), type(thread).run] if thread else []
+    mine = any(f is not None and notebooks_own(f, namespace) for f in runs)
+    while frame is not None and thread is None and not mine:  # a thread of _thread's own: the code on its stack
+        path = frame.f_code.co_filename
+        mine = frame.f_globals is namespace or not _os.path.isfile(path) or "ipykernel_" in path
+        frame = frame.f_back
+    if mine:
+        later.append(f"a thread running the notebook's code ({getattr(thread, 'name', 'started with _thread')})")
+if "torch" in sys.modules:
+    torch_C = sys.modules["torch"]._C
+    if torch_C._len_torch_function_stack() or torch_C._len_torch_dispatch_stack():
+        later.append("an active torch function or dispatch mode")
 
 def own(value):
     """The notebook's own code: a function defined in it (or a partial or method of one), one of its classes or their
@@ -172,7 +253,8 @@ for chain in CHAINS:
         if own(holder):
             faked.append("replaced:" + ".".join(chain.split(".")[:k]))
             break
-EXCEPTION = ERROR(NONCE + json.dumps({"state": state, "audit": audit, "faked": faked, "shadows": shadows}))
+EXCEPTION = ERROR(NONCE + json.dumps({"state": state, "audit": audit, "faked": faked, "shadows": shadows,
+                                     "modules": modules, "later": later}))
 '''
 
 def isolated(code: str) -> str:
@@ -216,6 +298,24 @@ def names_used(source: str) -> tuple[list[str], list[str]]:
     return names, sorted(c for c in chains if not any(other.startswith(c + ".") for other in chains))  # the longest
 
 
+def preload(sources: list[str]) -> list[str]:
+    """Modules worth importing before the notebook runs, so that the checks know the real ones: the course's own and
+    the standard library's that the tests import or read from (not torch's: it loads as the notebook chooses)."""
+    found = set()
+    for source in sources:
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module)
+        found |= {name for name in names_used(source)[0] if name in sys.stdlib_module_names}
+    return sorted(m for m in found if m.split(".")[0] == "torchcourse" or m.split(".")[0] in sys.stdlib_module_names)
+
+
 def prefixes(chains: list[str]) -> set[str]:
     """`a.b.c` -> {`a.b`, `a.b.c`}: the attributes a chain reads."""
     return {".".join(c.split(".")[:k]) for c in chains for k in range(2, c.count(".") + 2)}
@@ -224,10 +324,12 @@ def prefixes(chains: list[str]) -> set[str]:
 class Canary:
     """One check: the code to send, and what its answer must be. `names` None: report every shadowed built-in."""
 
-    def __init__(self, names: list[str] | None = None, chains: list[str] = (), probes: list[str] = PROBES):
+    def __init__(self, names: list[str] | None = None, chains: list[str] = (), probes: list[str] = PROBES,
+                 watch: list[str] = ()):
         self.nonce, self.error = secrets.token_hex(12), random.choice(CANARIES)
+        modules = sorted(prefixes(chains) | {c.split(".")[0] for c in chains} | set(names or ()) | set(watch))
         body = (f"NONCE, ERROR, NAMES, CHAINS = {self.nonce!r}, {self.error}, {names!r}, {list(chains)!r}\n"
-                f"PROBED, SHELL, KERNEL, BUILTINS = {set(probes)!r}, {SHELL!r}, {KERNEL!r}, {BUILTINS!r}\n{CHECK}")
+                f"PROBED, SHELL, KERNEL, MODULES = {set(probes)!r}, {SHELL!r}, {KERNEL!r}, {set(modules)!r}\n{CHECK}")
         self.code = raising(body)
 
     def read(self, reply: dict | None, errors: list[dict]) -> tuple[dict | None, str | None]:
@@ -247,19 +349,22 @@ class Canary:
         try:
             report = json.loads(evalue[len(self.nonce):])
             assert isinstance(report.get("state"), dict) and isinstance(report.get("faked"), list)
-            assert isinstance(report.get("shadows"), dict)
+            assert isinstance(report.get("shadows"), dict) and isinstance(report.get("modules"), dict)
+            assert isinstance(report.get("later"), list)
             return report, None
         except (ValueError, AssertionError, AttributeError):
             return None, "the grader's check gave an unreadable report"
 
 
 def what_changed(baseline: dict, report: dict, audit_before: dict, names: list[str], chains: list[str],
-                 after_test: bool, name_them: bool = True) -> str | None:
+                 after_test: bool, name_them: bool = True, modules_seen: dict | None = None) -> str | None:
     """A sentence naming what the notebook changed in the kernel since `baseline`, or None if nothing that matters.
 
     `baseline`: the report of the check run before the notebook's first cell. `audit_before`: the audit counts at
     the previous check: a trace or profile function set and removed since then counts when a test ran in between
-    (`after_test`), the kernel's own code swapped counts always. `names` and `chains`: what the next test cell reads.
+    (`after_test`); the kernel's own code swapped, an audit hook added or a thread started to run the notebook's
+    code count always. `names` and `chains`: what the next test cell reads.
+    `modules_seen`: each module's identity when a check first saw it (another one in its place is a replacement).
     The sentence is made of names the grader knows (the report comes from the kernel) and may reach the student's
     feedback: with `name_them` False (a hidden test's check) the names read from the test's code are only counted.
     """
@@ -268,12 +373,20 @@ def what_changed(baseline: dict, report: dict, audit_before: dict, names: list[s
     if changed:
         found.append(f"replaced {', '.join(changed)}")
     audit = report.get("audit", {})
-    kinds = ("trace", "profile", "monitoring", "code") if after_test else ("code",)
+    always = ("thread", "audithook", "code")  # nothing a notebook does needs these: counted wherever they happen
+    kinds = ("trace", "profile", "monitoring", *always) if after_test else always
     set_between = sorted(kind for kind in kinds if audit.get(kind, 0) > audit_before.get(kind, 0))
     if set_between:
         words = {"trace": "a trace function", "profile": "a profile function", "monitoring": "a sys.monitoring tool",
+                 "thread": "a thread running the notebook's code", "audithook": "an audit hook",
                  "code": "the code of the kernel's own functions"}
         found.append(f"set {', '.join(words[k] for k in set_between)}")
+    swapped = sorted(n for n, i in report["modules"].items() if (modules_seen or {}).get(n, i) != i)
+    if swapped:
+        found.append(f"put other modules in place of {', '.join(swapped)}")
+    left = sorted(set(report["later"]) - set(baseline.get("later", [])))
+    if left:
+        found.append(f"left code to run later: {', '.join(left)}")
     faked = sorted({p for p in report["faked"] if p in PROBES})
     if faked:
         found.append(f"replaced functions the tests rely on: {', '.join(faked)}")

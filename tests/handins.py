@@ -1,4 +1,5 @@
-"""Hand-ins for the grader's own tests, on its small course (tests/grader_course/: two exercises, no torch).
+"""Hand-ins for the grader's own tests, on its small course (tests/grader_course/: 01_basics and 02_other without
+torch, 03_values with torch and `expect`).
 
 Every grading a test runs gets a HOME and a temporary folder of its own (`grade`), so that nothing a hostile hand-in
 tries can reach this machine's own kernels or other runs, even where the sandbox failed.
@@ -197,13 +198,13 @@ def private_env(folder: Path, **extra: str) -> dict[str, str]:
 
 
 def grade(course: Path, submissions: Path | None, *args: str, env: dict | None = None, check: bool = True,
-          timeout: int = 900) -> subprocess.CompletedProcess:
+          timeout: int = 900, assignment: str = ASSIGNMENT) -> subprocess.CompletedProcess:
     """`python -m autograder grade` as an instructor runs it (from the repository), on a scratch course, with the
     course's time limit unless `args` set one (a class with an endless loop does, to wait less for it). Without
     `submissions`, it grades what `nbgrader collect` put in the course."""
     env = env or private_env(course.parent / f"env-{course.name}")
     given = [str(submissions)] if submissions else []
-    result = subprocess.run([sys.executable, "-m", "autograder", "grade", ASSIGNMENT, *given,
+    result = subprocess.run([sys.executable, "-m", "autograder", "grade", assignment, *given,
                              "--jobs", "2", "--course", str(course), *args],
                             cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
     if check:

@@ -181,3 +181,143 @@ for _address in [("127.0.0.1", {port}), ("1.1.1.1", 53)]:
 
 
 ENV_READER = "import os\nprint(sorted(os.environ.items()))"
+
+
+# --- against values judged outside the kernel (assignment 03_values: scale, count_positive, total) ---------------
+# Answers whose values lie: the grader's plain data takes exact types and a plain tensor's bytes (expected: 0 points).
+EQUALS_ANYTHING = '''class _Any(int):
+    def __eq__(self, other):
+        return True
+    __hash__ = int.__hash__
+def count_positive(xs):
+    return _Any(0)'''
+
+LYING_TENSOR = '''import torch
+class _Liar(torch.Tensor):
+    """Says every comparison holds, every closeness check passes, and that it is anything it is compared with."""
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in ("eq", "__eq__", "isclose"):
+            return torch.ones(torch.broadcast_shapes(*(a.shape for a in args if isinstance(a, torch.Tensor))), dtype=torch.bool)
+        if name in ("allclose", "equal"):
+            return True
+        return super().__torch_function__(func, types, args, kwargs or {})
+def scale(x, k):
+    return torch.zeros_like(x).as_subclass(_Liar)'''
+
+# A mode left active that writes every tensor computed after the answer returns (the expected value, where the kernel
+# computes one) into the answer's own tensor: it wins where the comparison runs in the kernel.
+MODE_COPIES_WANT = '''import torch
+from torch.overrides import TorchFunctionMode
+class _Copier(TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.answers = []
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor):
+            with torch._C.DisableTorchFunction():
+                for answer in self.answers:
+                    if answer.shape == out.shape and answer is not out and answer.dtype == out.dtype:
+                        answer.copy_(out)
+        return out
+_copier = _Copier()
+_copier.__enter__()
+def scale(x, k):
+    answer = torch.zeros_like(x)
+    _copier.answers.append(answer)
+    return answer'''
+
+# Reading the test from inside the answer: the test cell's own text (In[-1]), its expected value evaluated in the
+# caller's frame. Where the test cell runs without its expected values, there is nothing to read.
+SOURCE_READER = '''import ast, sys
+def _expected_by_the_test(depth):
+    frame = sys._getframe(depth)
+    for node in ast.walk(ast.parse(get_ipython().user_ns["In"][-1])):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "expect" and len(node.args) >= 3:
+            return eval(compile(ast.Expression(node.args[2]), "<want>", "eval"), frame.f_globals, frame.f_locals)
+def scale(x, k):
+    return _expected_by_the_test(2)
+def count_positive(xs):
+    return _expected_by_the_test(2)'''
+
+# Tampering with the in-kernel judge and the tests' helpers (expected: graded 0, or tampered).
+JUDGE_PATCHED = "import torchcourse.values\ntorchcourse.values.judge = lambda *args, **kwargs: None"
+
+_FAKE_TESTING = '''_fake_source = """
+import contextlib
+def expect(*args, **kwargs):
+    pass
+@contextlib.contextmanager
+def refused(*args, **kwargs):
+    yield
+"""
+'''
+TESTING_REPLACED = _FAKE_TESTING + '''import sys, types
+_fake = types.ModuleType("torchcourse.testing")
+exec(_fake_source, _fake.__dict__)
+sys.modules["torchcourse.testing"] = _fake
+def total(xs):
+    return sum(xs)'''
+
+META_PATH_FINDER = _FAKE_TESTING + '''import importlib.abc, importlib.util, sys
+class _Serve(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path=None, target=None):
+        return importlib.util.spec_from_loader(name, self) if name == "torchcourse.testing" else None
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        exec(_fake_source, module.__dict__)
+sys.meta_path.insert(0, _Serve())
+sys.modules.pop("torchcourse.testing", None)
+def total(xs):
+    return sum(xs)'''
+
+BUILTINS_SETATTR = '''import builtins
+_real_setattr = builtins.setattr
+builtins.setattr = lambda owner, name, value: None if name == "sum" else _real_setattr(owner, name, value)
+def total(xs):
+    return sum(xs)'''
+
+# Tampering set up to run later and undo itself before a check looks: an IPython callback pair, a timer thread, a
+# signal handler. Each patches builtins.setattr (so that `refused` refuses nothing) around the test cells.
+CALLBACKS_UNDO = '''import builtins
+_real_setattr = builtins.setattr
+def _patch(*args):
+    builtins.setattr = lambda owner, name, value: None if name == "sum" else _real_setattr(owner, name, value)
+def _restore(*args):
+    builtins.setattr = _real_setattr
+get_ipython().events.register("pre_run_cell", _patch)
+get_ipython().events.register("post_run_cell", _restore)
+def total(xs):
+    return sum(xs)'''
+
+TIMER_UNDOES = '''import builtins, threading, time
+_real_setattr = builtins.setattr
+def _flip():
+    for _ in range(400):  # patched half of the time, restored the other half
+        builtins.setattr = lambda owner, name, value: None if name == "sum" else _real_setattr(owner, name, value)
+        time.sleep(0.005)
+        builtins.setattr = _real_setattr
+        time.sleep(0.005)
+threading.Timer(0.01, _flip).start()
+def total(xs):
+    return sum(xs)'''
+
+ALARM_UNDOES = '''import builtins, signal
+_real_setattr = builtins.setattr
+def _flip(signum, frame):
+    patched = builtins.setattr is not _real_setattr
+    builtins.setattr = _real_setattr if patched else (lambda o, n, v: None if n == "sum" else _real_setattr(o, n, v))
+signal.signal(signal.SIGALRM, _flip)
+signal.setitimer(signal.ITIMER_REAL, 0.01, 0.01)
+def total(xs):
+    return sum(xs)'''
+
+# A kernel message with a forged execution count: the prompt "In [N]" of the feedback could carry N's digits.
+FORGED_COUNT = '''def count_positive(xs):
+    kernel = get_ipython().kernel
+    kernel.session.send(kernel.iopub_socket, "execute_input", {"code": "forged", "execution_count": 10 ** 60},
+                        parent=kernel.get_parent(), ident=kernel._topic("execute_input"))
+    return len([x for x in xs if x > 0])'''

@@ -142,9 +142,9 @@ def test_the_kernel_command_goes_through_the_sandbox_with_a_short_socket_path():
     shutil.rmtree(os.path.dirname(manager.connection_file))
 
 
-def report(state=None, faked=(), audit=None, shadows=None) -> dict:
+def report(state=None, faked=(), audit=None, shadows=None, modules=None, later=()) -> dict:
     return {"state": state or {"shell.run_cell": "a"}, "faked": list(faked), "audit": audit or {},
-            "shadows": shadows or {}}
+            "shadows": shadows or {}, "modules": modules or {}, "later": list(later)}
 
 
 def test_a_canary_tells_what_went_wrong():
@@ -180,6 +180,66 @@ def test_what_changed_names_only_what_the_grader_knows():
     assert "hidden" not in sentence and "open" not in sentence and "len" not in sentence
     hidden = changed(faked, ["abs"], ["np.mean.x"], name_them=False)
     assert "torch.allclose" in hidden and "2 names this hidden test uses" in hidden and "abs" not in hidden
+
+
+# Each family the checks look for (integrity.py), as a notebook's cell would try it: what the check must name.
+LEFT_BEHIND = {  # each stays in the kernel: the mode comes first, before builtins.setattr stops torch's import
+    "a torch function mode": ("import torch\nclass _Mode(torch.overrides.TorchFunctionMode):\n"
+                              "    def __torch_function__(self, func, types, args=(), kwargs=None):\n"
+                              "        return func(*args, **(kwargs or {}))\n_Mode().__enter__()",
+                              "torch function or dispatch mode"),
+    "a finder first on sys.meta_path": ("import sys\nclass _Finder:\n    def find_spec(self, *a, **k):\n        return None\n"
+                                         "sys.meta_path.insert(0, _Finder())", "sys.meta_path"),
+    "a module the tests import replaced": ("import sys, types\n_fake = types.ModuleType('email.utils')\n"
+                                           "sys.modules['email.utils'] = _fake", "in place of email.utils"),
+    "a built-in replaced in the builtins module": ("import builtins\nbuiltins.setattr = lambda *a: None",
+                                                   "builtins.setattr"),
+    "a post_run_cell callback": ("get_ipython().events.register('post_run_cell', lambda result: None)",
+                                 "post_run_cell callback"),
+    "a SIGALRM handler": ("import signal\nsignal.signal(signal.SIGALRM, lambda *a: None)", "handler of signal 14"),
+    "a thread left running": ("import threading, time\nthreading.Thread(target=lambda: time.sleep(30), daemon=True).start()",
+                              "a thread running the notebook's code"),
+    "a thread of _thread's own": ("import _thread, time\ndef _sleeper():\n    time.sleep(30)\n"
+                                  "_thread.start_new_thread(_sleeper, ())", "started with _thread"),
+}
+
+
+def test_what_a_notebook_leaves_behind_is_named_in_a_real_kernel():
+    """Each family, tried in a fresh kernel after the grader's setup, is named by the next check; a library's own
+    callback (matplotlib's) and a thread that ended, started outside a test, are not findings."""
+    from jupyter_client.manager import start_new_kernel
+    manager, client = start_new_kernel(kernel_name="python3")
+    try:
+        def ask(code):
+            errors = []
+            reply = client.execute_interactive(code, timeout=60, output_hook=lambda m: errors.append(m["content"])
+                                               if m["msg_type"] == "error" else None)
+            return reply["content"], errors
+
+        def check(chains=()):
+            canary = integrity.Canary([], list(chains), [], watch=["email.utils"])
+            found, problem = canary.read(*ask(canary.code))
+            assert problem is None, problem
+            return found
+
+        assert ask(integrity.isolated(integrity.setup(["email.utils"])))[0]["status"] == "ok"
+        baseline = check()
+        seen = dict(baseline["modules"])
+        assert "email.utils" in seen, "a module the tests import is loaded before the notebook runs"
+        innocent = "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nimport threading\nthreading.Thread(target=print).start()"
+        assert ask(innocent)[0]["status"] == "ok"
+        assert integrity.what_changed(baseline, check(), baseline["audit"], [], [], False, True, seen) is None
+        for family, (code, named) in LEFT_BEHIND.items():
+            audit = check()["audit"]
+            assert ask(code)[0]["status"] == "ok", family
+            sentence = integrity.what_changed(baseline, check(), audit, [], [], True, True, seen)
+            assert sentence and named in sentence, (family, sentence)
+        ended = "import threading\ndef _quick():\n    pass\n_t = threading.Thread(target=_quick)\n_t.start()\n_t.join()"
+        audit = check()["audit"]
+        assert ask(ended)[0]["status"] == "ok"
+        assert "a thread running the notebook's code" in integrity.what_changed(baseline, check(), audit, [], [], True)
+    finally:
+        manager.shutdown_kernel(now=True)
 
 
 FAKE_EVERY_LIBRARY_PROBE = """import math, numpy as np, torch
