@@ -316,8 +316,10 @@ def total(xs):
     return sum(xs)'''
 
 # A kernel message with a forged execution count: the prompt "In [N]" of the feedback could carry N's digits.
-FORGED_COUNT = '''def count_positive(xs):
+def forged_count(count: str) -> str:
+    """A right count_positive that first sends an execute_input message with this execution count."""
+    return f'''def count_positive(xs):
     kernel = get_ipython().kernel
-    kernel.session.send(kernel.iopub_socket, "execute_input", {"code": "forged", "execution_count": 10 ** 60},
+    kernel.session.send(kernel.iopub_socket, "execute_input", {{"code": "forged", "execution_count": {count}}},
                         parent=kernel.get_parent(), ident=kernel._topic("execute_input"))
     return len([x for x in xs if x > 0])'''

@@ -58,7 +58,8 @@ CLASS = {
     "callbacks_undo": (right(**{TOTAL: hostile.CALLBACKS_UNDO}), "tampered", {TOTAL}),
     "timer_undoes": (right(**{TOTAL: hostile.TIMER_UNDOES}), "tampered", {TOTAL}),
     "alarm_undoes": (right(**{TOTAL: hostile.ALARM_UNDOES}), "tampered", {TOTAL}),
-    "forged_count": (right(**{COUNT: hostile.FORGED_COUNT}), "graded", set()),
+    "forged_count": (right(**{COUNT: hostile.forged_count("10 ** 60")}), "graded", set()),
+    "forged_count_text": (right(**{COUNT: hostile.forged_count("'hidden test text'")}), "graded", set()),
     "zz_right": (right(), "graded", set()),
     "zz_unedited": (handin(), "graded", ALL),
 }
@@ -113,11 +114,12 @@ def test_the_autograded_notebook_keeps_the_tests_as_written_without_the_values_s
 def test_no_forged_execution_count_reaches_the_feedback(graded):
     """A kernel message may say any execution count: the autograded notebook and the feedback show the grader's."""
     course, out, _ = graded
-    autograded = next(p for p in (course / "autograder").rglob(NOTEBOOK) if "forged_count" in p.parts
-                      and "autograded" in p.parts)
-    counts = [c.execution_count for c in nbformat.read(autograded, as_version=4).cells if c.cell_type == "code"]
-    assert all(n is None or n <= len(counts) for n in counts), counts
-    assert "0" * 40 not in (out / "feedback" / "forged_count.html").read_text()
+    for student in ("forged_count", "forged_count_text"):
+        autograded = course / "autograder" / "autograded" / student / VALUES / NOTEBOOK
+        counts = [c.execution_count for c in nbformat.read(autograded, as_version=4).cells if c.cell_type == "code"]
+        assert all(n is None or type(n) is int and n <= len(counts) for n in counts), (student, counts)
+        page = (out / "feedback" / f"{student}.html").read_text()
+        assert "0" * 40 not in page and "hidden test text" not in page
 
 
 def test_the_attacks_on_values_win_points_where_the_kernel_judges(tmp_path):
