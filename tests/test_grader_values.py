@@ -8,7 +8,7 @@ serves one, builtins.setattr replaced (so that `refused` refuses nothing), and t
 (IPython callbacks, a timer thread, a signal handler). The control: stock nbgrader gives the ones that can win points.
 """
 
-import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -118,8 +118,8 @@ def test_no_forged_execution_count_reaches_the_feedback(graded):
         autograded = course / "autograder" / "autograded" / student / VALUES / NOTEBOOK
         counts = [c.execution_count for c in nbformat.read(autograded, as_version=4).cells if c.cell_type == "code"]
         assert all(n is None or type(n) is int and n <= len(counts) for n in counts), (student, counts)
-        page = (out / "feedback" / f"{student}.html").read_text()
-        assert "0" * 40 not in page and "hidden test text" not in page
+        prompts = re.findall(r"In(?:\s|&nbsp;)*\[([^\]]*)\]:", (out / "feedback" / f"{student}.html").read_text())
+        assert prompts and all(p.isdigit() and int(p) <= len(counts) for p in prompts), (student, prompts)
 
 
 def test_the_attacks_on_values_win_points_where_the_kernel_judges(tmp_path):
