@@ -208,10 +208,11 @@ class GuardedExecute(Execute):
         if report is not None:
             hidden = any(HIDDEN.search(c.source) for c in cells)  # a hidden test's names stay hidden
             seen = self.modules_seen
-            problem = what_changed(self.baseline, report, self.audit, names, chains, after_test, not hidden, seen)
-            if problem:
-                self.log.warning("tests tampered with, at %s: %s", cells[0].id, what_changed(
-                    self.baseline, report, self.audit, names, chains, after_test, True, seen))  # the log names all
+            found = dict(baseline=self.baseline, report=report, audit_before=self.audit, names=names, chains=chains,
+                         after_test=after_test, modules_seen=seen)
+            problem = what_changed(**found, name_them=not hidden)
+            if problem:  # the instructor's log names all
+                self.log.warning("tests tampered with, at %s: %s", cells[0].id, what_changed(**found))
             self.audit = report.get("audit", {})
             for name, identity in report["modules"].items():
                 seen.setdefault(name, identity)

@@ -23,7 +23,8 @@ import sys
 # threads a notebook leaves are judged by it. `space`: the notebook's namespace. A library's own code passes.
 NOTEBOOKS_OWN = r"""
 import functools as _functools, os as _os, types as _types
-def notebooks_own(f, space, depth=0):
+def unwrapped(f):
+    # the function behind partials and methods
     for _ in range(8):
         if isinstance(f, _functools.partial):
             f = f.func
@@ -31,6 +32,9 @@ def notebooks_own(f, space, depth=0):
             f = f.__func__
         else:
             break
+    return f
+def notebooks_own(f, space, depth=0):
+    f = unwrapped(f)
     if isinstance(f, _types.FunctionType):
         path = f.__code__.co_filename
         return f.__globals__ is space or not _os.path.isfile(path) or "ipykernel_" in path
@@ -38,7 +42,7 @@ def notebooks_own(f, space, depth=0):
         return getattr(getattr(f, "__self__", None), "__name__", None) == "builtins"
     if type.__dict__["__dict__"].__get__(type(f)).get("__module__") == "__main__":
         return True
-    call = type(f).__dict__.get("__call__") if depth == 0 else None
+    call = type.__dict__["__dict__"].__get__(type(f)).get("__call__") if depth == 0 else None
     return isinstance(call, _types.FunctionType) and notebooks_own(call, space, 1)
 """
 
@@ -96,7 +100,7 @@ SHELL = ("run_cell", "run_cell_async", "_run_cell", "should_run_async", "transfo
 KERNEL = ("do_execute", "execute_request", "dispatch_shell", "send_response", "interrupt_request")
 
 CHECK = NOTEBOOKS_OWN + r'''
-import builtins, functools, json, math, signal, sys, threading, types
+import builtins, json, math, signal, sys, threading, types
 def who(thing):
     f = getattr(thing, "__func__", thing)
     code = getattr(f, "__code__", None)
@@ -206,13 +210,7 @@ if "torch" in sys.modules:
 def own(value):
     """The notebook's own code: a function defined in it (or a partial or method of one), one of its classes or their
     instances. Nothing of it runs: a student's object may do anything when asked for an attribute."""
-    for _ in range(8):
-        if isinstance(value, functools.partial):
-            value = value.func
-        elif isinstance(value, (types.MethodType, staticmethod, classmethod)):
-            value = value.__func__
-        else:
-            break
+    value = unwrapped(value)
     if isinstance(value, types.FunctionType):
         return value.__globals__ is namespace
     kind = value if isinstance(value, type) else type(value)

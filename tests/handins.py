@@ -94,9 +94,10 @@ def right_answers(assignment: str = ASSIGNMENT) -> dict[str, str]:
             for c in source(assignment).cells if grading(c).get("solution")}
 
 
-def handin(answers: dict[str, str] | None = None, added: list[str] = (), lesson: str | None = None):
+def handin(answers: dict[str, str] | None = None, added: list[str] = (), lesson: str | None = None,
+           assignment: str = ASSIGNMENT):
     """The student version with these answers (the others unanswered), cells added at the end, the lesson cell edited."""
-    nb = release()
+    nb = release(assignment)
     for cell in nb.cells:
         gid = grading(cell).get("grade_id")
         if gid in (answers or {}):
@@ -218,8 +219,8 @@ def rows_of(out: Path) -> dict[str, dict]:
         return {row["student_id"]: row for row in csv.DictReader(f)}
 
 
-def exercise_points(row: dict, exercise: str) -> tuple[float, float]:
-    """Points earned on one exercise, and its maximum, from a row of grades.csv."""
-    cells = {grading(c)["grade_id"]: grading(c)["points"] for c in source().cells if grading(c).get("grade")}
+def exercise_points(row: dict, exercise: str, assignment: str = ASSIGNMENT) -> tuple[float, float]:
+    """Points earned on one exercise, and its maximum, from a row of grades.csv (or test cell -> score)."""
+    cells = {grading(c)["grade_id"]: grading(c)["points"] for c in source(assignment).cells if grading(c).get("grade")}
     mine = [c for c in cells if c.startswith(exercise + "_")]
     return sum(float(row[c]) for c in mine), sum(cells[c] for c in mine)

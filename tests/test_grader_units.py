@@ -1,5 +1,6 @@
 """The grader's modules one at a time: the sandbox, the integrity checks' verdicts, the feedback rule, results, batch."""
 
+import contextlib
 import csv
 import json
 import os
@@ -204,18 +205,27 @@ LEFT_BEHIND = {  # each stays in the kernel: the mode comes first, before builti
 }
 
 
+@contextlib.contextmanager
+def real_kernel():
+    """`ask(code)` -> (the reply's content, the error outputs), in a fresh kernel of this machine."""
+    from jupyter_client.manager import start_new_kernel
+    manager, client = start_new_kernel(kernel_name="python3")
+
+    def ask(code):
+        errors = []
+        reply = client.execute_interactive(code, timeout=60, output_hook=lambda m: errors.append(m["content"])
+                                           if m["msg_type"] == "error" else None)
+        return reply["content"], errors
+    try:
+        yield ask
+    finally:
+        manager.shutdown_kernel(now=True)
+
+
 def test_what_a_notebook_leaves_behind_is_named_in_a_real_kernel():
     """Each family, tried in a fresh kernel after the grader's setup, is named by the next check; a library's own
     callback (matplotlib's) and a thread that ended, started outside a test, are not findings."""
-    from jupyter_client.manager import start_new_kernel
-    manager, client = start_new_kernel(kernel_name="python3")
-    try:
-        def ask(code):
-            errors = []
-            reply = client.execute_interactive(code, timeout=60, output_hook=lambda m: errors.append(m["content"])
-                                               if m["msg_type"] == "error" else None)
-            return reply["content"], errors
-
+    with real_kernel() as ask:
         def check(chains=()):
             canary = integrity.Canary([], list(chains), [], watch=["email.utils"])
             found, problem = canary.read(*ask(canary.code))
@@ -238,8 +248,6 @@ def test_what_a_notebook_leaves_behind_is_named_in_a_real_kernel():
         audit = check()["audit"]
         assert ask(ended)[0]["status"] == "ok"
         assert "a thread running the notebook's code" in integrity.what_changed(baseline, check(), audit, [], [], True)
-    finally:
-        manager.shutdown_kernel(now=True)
 
 
 FAKE_EVERY_LIBRARY_PROBE = """import math, numpy as np, torch
@@ -253,14 +261,7 @@ torch.Tensor.__eq__ = lambda self, other: torch.ones(3, dtype=torch.bool)"""
 
 def test_every_probe_sees_its_function_faked_in_a_real_kernel():
     """Each library function the probes try, replaced by one that says yes, is named; only the tests' ones are tried."""
-    from jupyter_client.manager import start_new_kernel
-    manager, client = start_new_kernel(kernel_name="python3")
-    try:
-        def ask(code):
-            errors = []
-            reply = client.execute_interactive(code, timeout=60, output_hook=lambda m: errors.append(m["content"])
-                                               if m["msg_type"] == "error" else None)
-            return reply["content"], errors
+    with real_kernel() as ask:
         assert ask(FAKE_EVERY_LIBRARY_PROBE)[0]["status"] == "ok"
         library = [p for p in integrity.PROBES if not p.startswith("builtins.")]
         canary = integrity.Canary([], [], integrity.PROBES)
@@ -272,8 +273,6 @@ def test_every_probe_sees_its_function_faked_in_a_real_kernel():
         assert ask("import email.utils as eu\neu.quote = lambda s: s")[0]["status"] == "ok"
         canary = integrity.Canary([], integrity.names_used("from email.utils import quote")[1], [])
         assert canary.read(*ask(canary.code))[0]["faked"] == ["replaced:email.utils.quote"]
-    finally:
-        manager.shutdown_kernel(now=True)
 
 
 def test_probes_are_the_functions_the_tests_name():

@@ -19,7 +19,8 @@ from nbgrader.api import Gradebook
 
 import hostile
 from course import grading, nbgrader
-from handins import grade, private_env, release, right_answers, rows_of, scratch_course, source, write, write_folder
+from handins import (exercise_points, grade, handin, private_env, right_answers, rows_of, scratch_course, source,
+                     write, write_folder)
 
 pytestmark = [pytest.mark.xdist_group("grader-values"), pytest.mark.sandbox, pytest.mark.slow]
 VALUES = "03_values"
@@ -28,17 +29,9 @@ SCALE, COUNT, TOTAL = "ex1_scale", "ex2_count_positive", "ex3_total"
 ALL = {SCALE, COUNT, TOTAL}
 
 
-def handin(**answers: str):
-    """The released 03_values with these answers (the others unanswered)."""
-    nb = release(VALUES)
-    for cell in nb.cells:
-        if grading(cell).get("grade_id") in answers:
-            cell.source = answers[grading(cell)["grade_id"]]
-    return nb
-
-
 def right(**changed: str):
-    return handin(**{**right_answers(VALUES), **changed})
+    """03_values with right answers, but for those given."""
+    return handin({**right_answers(VALUES), **changed}, assignment=VALUES)
 
 
 WRONG_VALUES = "import torch\ndef scale(x, k):\n    return torch.zeros_like(x)"
@@ -61,20 +54,13 @@ CLASS = {
     "forged_count": (right(**{COUNT: hostile.forged_count("10 ** 60")}), "graded", set()),
     "forged_count_text": (right(**{COUNT: hostile.forged_count("'hidden test text'")}), "graded", set()),
     "zz_right": (right(), "graded", set()),
-    "zz_unedited": (handin(), "graded", ALL),
+    "zz_unedited": (handin(assignment=VALUES), "graded", ALL),
 }
 # What wins points where the comparison and `refused` live in the kernel alone (the timer and the alarm win by
 # chance there, so they are not part of the control).
 WINS_IN_THE_KERNEL = {"mode_copies_want": {SCALE}, "source_reader": {SCALE, COUNT}, "judge_patched": {SCALE, COUNT},
                       "testing_replaced": {TOTAL}, "meta_path_finder": {TOTAL}, "builtins_setattr": {TOTAL},
                       "callbacks_undo": {TOTAL}}
-
-
-def points(row_or_scores: dict, exercise: str) -> tuple[float, float]:
-    """Points earned on one exercise of 03_values, and its maximum."""
-    cells = {grading(c)["grade_id"]: grading(c)["points"] for c in release(VALUES).cells if grading(c).get("grade")}
-    mine = [c for c in cells if c.startswith(exercise + "_")]
-    return sum(float(row_or_scores[c]) for c in mine), sum(cells[c] for c in mine)
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +80,7 @@ def test_each_attack_on_values_is_graded_as_it_deserves(graded, student):
     row = rows[student]
     assert row["status"] == status, (student, row)
     for exercise in ALL:
-        earned, most = points(row, exercise)
+        earned, most = exercise_points(row, exercise, VALUES)
         assert earned == (0 if exercise in zero else most), (student, exercise, earned, row)
 
 
@@ -138,5 +124,5 @@ def test_the_attacks_on_values_win_points_where_the_kernel_judges(tmp_path):
             submission = gb.find_submission_notebook(Path(NOTEBOOK).stem, VALUES, student)
             scores = {g.name: g.score for g in submission.grades}
             for exercise in wins:
-                earned, most = points(scores, exercise)
+                earned, most = exercise_points(scores, exercise, VALUES)
                 assert earned == most, f"{student} should win {exercise} from stock nbgrader: {scores}"
