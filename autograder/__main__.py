@@ -74,8 +74,9 @@ def main() -> None:
         merge(args.folders, args.out, args.course.resolve(), {})
         return
     try:
-        grade(Options(args.assignment, args.submissions, max(1, args.jobs), args.out, args.force, args.pattern,
-                      args.course.resolve(), settings(args), args.shard, args.scheduler))
+        grade(Options(assignment=args.assignment, submissions=args.submissions, jobs=max(1, args.jobs), out=args.out,
+                      force=args.force, pattern=args.pattern, course=args.course.resolve(), settings=settings(args),
+                      shard=args.shard, scheduler=args.scheduler))
     except BatchFailed as error:
         print(f"\ngrading stopped: {error}.\nThe rows graded before that are in grades.csv; run the same command "
               "again to grade the rest.", file=sys.stderr)

@@ -1,18 +1,16 @@
 """Grade a class: every submission in a process of its own, N at a time; grades.csv from the results on disk, whatever
 happens; then the course's gradebook."""
 
+import copy
 import hashlib
-import multiprocessing
-import multiprocessing.connection
 import os
 import shutil
 import sys
 import tempfile
 import time
-from collections import Counter, deque
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from functools import partial
 from pathlib import Path
 
 import nbformat
@@ -27,11 +25,12 @@ from .notebook import nbgrader_ids
 from .processes import exclusive, in_child
 from .report import write_report
 from .results import STATUSES, read_result, replace_file, write_result, write_table
+from .supervisor import BatchFailed, Pool
 
 OUTPUTS = ("results", "feedback", "autograded", "logs", "submitted")  # a batch's output folders, one file per student
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Options:
     assignment: str
     submissions: Path | None  # None: what `nbgrader collect` put in the course's submitted folder
@@ -43,10 +42,6 @@ class Options:
     settings: dict = field(default_factory=dict)  # nbgrader settings from the command line, {"Section": {...}}
     shard: tuple[int, int] | None = None  # (K, N): grade the K-th of N fixed parts of the class (1 <= K <= N)
     scheduler: str | None = None  # a dask.distributed scheduler's address: its workers grade the hand-ins
-
-
-class BatchFailed(Exception):
-    """A step of the batch itself failed; the rows graded before it are in grades.csv, and a rerun grades the rest."""
 
 
 @contextmanager
@@ -105,61 +100,6 @@ class Progress:
         line = f"[{bar:<20}] {self.done}/{self.total}  {counts}  ETA {int(left) // 60}:{int(left) % 60:02d}"
         print(f"\r{line}" if self.tty else f"{line}  ({result['student_id']})", end="" if self.tty else "\n",
               file=sys.stderr, flush=True)
-
-
-def last_line(path: Path) -> str:
-    try:
-        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    except OSError:
-        return ""
-    return lines[-1] if lines else ""
-
-
-def run_jobs(todo: list[grade_one.Job], jobs: int, deadline: float, progress: Progress) -> None:
-    """Grade `todo`, `jobs` at a time, each in a forked process with a wall-clock limit; results land in out/results/.
-
-    A grading that fails for the grader's own reason stops the launching of new ones: BatchFailed once the running
-    ones are done.
-    """
-    ctx = multiprocessing.get_context("fork")
-    pending, running, failed = deque(todo), {}, []
-    try:
-        while (pending and not failed) or running:
-            while pending and not failed and len(running) < jobs:
-                job = pending.popleft()
-                process = ctx.Process(target=grade_one.run, args=(job,), name=job.student_id)
-                process.start()
-                running[process.sentinel] = (process, job, time.monotonic())
-            ready = multiprocessing.connection.wait(list(running), timeout=1.0)
-            for sentinel in list(running):
-                process, job, started = running[sentinel]
-                over = time.monotonic() - started > deadline
-                if sentinel not in ready and not over:
-                    continue
-                del running[sentinel]
-                path = Path(job.out) / "results" / f"{job.student_id}.json"
-                if over:
-                    processes.kill([process.pid])
-                    processes.stop_descendants(os.getpid(), spare={p.pid for p, _, _ in running.values()})
-                    write_result(path, asdict(grade_one.not_graded(
-                        job, "timeout", f"grading took longer than {deadline:.0f} s in all and was stopped")))
-                else:
-                    process.join()
-                    if process.exitcode == grade_one.GRADER_FAILED:
-                        failed.append(f"grading {job.student_id}: {last_line(Path(job.out) / 'logs' / f'{job.student_id}.log')}")
-                        continue
-                    if read_result(path) is None:
-                        write_result(path, asdict(grade_one.not_graded(
-                            job, "crashed", f"the grading process ended unexpectedly (exit code {process.exitcode})")))
-                progress.update(read_result(path))
-    except KeyboardInterrupt:
-        for process, _, _ in running.values():
-            processes.kill([process.pid])
-        processes.stop_descendants(os.getpid())
-        print(f"\ninterrupted: {progress.done} graded; run the same command again to grade the rest", file=sys.stderr)
-        raise SystemExit(130)
-    if failed:
-        raise BatchFailed(f"{failed[0]}" + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""))
 
 
 def shard_of(student_id: str, count: int) -> int:
@@ -233,6 +173,8 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
               for p in (Path(cd.root) / cd.source_directory).glob("*/*.ipynb") if p.parent.name != assignment}
     points = points_of(source)
     scratch = Path(tempfile.mkdtemp(prefix="autograder-batch-"))  # this batch's alone (mode 0700); no kernel sees it
+    # the warm kernels start (seconds: they import torch) while the template is made; a Dask worker makes its own
+    pool = None if options.scheduler else Pool(options.jobs, config)
     try:
         template = scratch / "template"
         with step("making the assignment's template course (nbgrader generate_assignment)"):
@@ -240,7 +182,9 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
             in_child(gradebook.generate_assignment, config, assignment, template,
                      f"sqlite:///{template}/gradebook.db", template / "release")
         with step("running the solution once for the values its tests expect"):
-            expected = in_child(reference.expected_values, config, source, scratch / "solution",
+            solution_config = copy.deepcopy(config)  # its kernel forked as the hand-ins' are
+            solution_config.SandboxedKernelManager.warm = pool.ready().socket_of(0) if pool else ""
+            expected = in_child(reference.expected_values, solution_config, source, scratch / "solution",
                                 out / "solution.log")
             if isinstance(expected, str):
                 raise SystemExit(expected)
@@ -257,9 +201,10 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
         def make_job(s):
             # a scratch course named by no student id: its gradebook's URL would decode a '%' in the id
             work = scratch / "work" / hashlib.sha256(s.student_id.encode()).hexdigest()[:16]
-            return grade_one.Job(s.student_id, assignment, source.name, str(s.path or ""), str(template), str(work),
-                                 str(out), config, points, others, s.message, s.timestamp, s.secret,
-                                 due.get(s.student_id, ""), s.given_id)
+            return grade_one.Job(student_id=s.student_id, assignment=assignment, notebook=source.name,
+                                 submitted=str(s.path or ""), template=str(template), scratch=str(work), out=str(out),
+                                 config=config, points=points, others=others, note=s.message, timestamp=s.timestamp,
+                                 secret=s.secret, due=due.get(s.student_id, ""), given_id=s.given_id)
 
         results, todo = plan(found, options, make_job, out)
         part = f" (shard {options.shard[0]} of {options.shard[1]})" if options.shard else ""
@@ -267,15 +212,15 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
         print(f"{assignment}{part}: {len(found)} students, {len(todo)} to grade ({len(found) - len(todo)} done before "
               f"or with no notebook), {where}", file=sys.stderr)
         timeout = config.Execute.get("timeout", 30)
-        if options.scheduler:  # Dask is imported only here: without --scheduler the grader never needs it
-            from .distributed import run_on_dask
-            runner = partial(run_on_dask, options.scheduler)
-        else:
-            runner = run_jobs
-            with step("rendering a first feedback page (nbconvert)"):
-                grade_one.warm_up(config)  # inherited by every grading forked from here
+        deadline, progress = 10 * timeout + 120, Progress(max(1, len(todo)))
         try:
-            runner(todo, options.jobs, deadline=10 * timeout + 120, progress=Progress(max(1, len(todo))))
+            if options.scheduler:  # Dask is imported only here: without --scheduler the grader never needs it
+                from .distributed import run_on_dask
+                run_on_dask(options.scheduler, todo, deadline=deadline, progress=progress)
+            elif todo:
+                with step("rendering a first feedback page (nbconvert)"):
+                    grade_one.warm_up(config)  # inherited by every grading forked from here
+                pool.run(todo, deadline=deadline, progress=progress)
         finally:  # whatever happened, every row graded so far goes into the table
             results |= {job.student_id: r for job in todo
                         if (r := read_result(out / "results" / f"{job.student_id}.json")) is not None}
@@ -286,6 +231,8 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
         report(out, rows, source, scratch)
         return rows
     finally:
+        if pool is not None:
+            pool.close()
         shutil.rmtree(scratch, ignore_errors=True)
 
 

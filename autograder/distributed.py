@@ -22,7 +22,6 @@ Nothing here is imported without `--scheduler`, and the grading processes never 
 import base64
 import io
 import json
-import multiprocessing
 import os
 import pickle
 import select
@@ -37,11 +36,12 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 from . import grade_one, processes
 from .results import read_result, replace_file, write_result
+from .supervisor import BatchFailed, last_line, result_path, settle, supervise as supervise_grading
 
 CONNECT_TIMEOUT = 30  # seconds to reach the scheduler, and then to see a first worker
 POLL = 1.0  # seconds between a worker's looks at its grading (and at the batch's stop signal)
@@ -52,13 +52,11 @@ SERVER, SERVER_LOCK = [], threading.Lock()  # this worker process's fork server 
 
 # --- the instructor's side ---------------------------------------------------------------------------------------
 
-def run_on_dask(address: str, todo: list[grade_one.Job], jobs: int, deadline: float, progress) -> None:
-    """batch.run_jobs on the workers of the scheduler at `address`: same files in job.out, same progress and errors.
-
-    `jobs` is unused: each worker grades as many hand-ins at once as its `--nthreads`.
+def run_on_dask(address: str, todo: list[grade_one.Job], deadline: float, progress) -> None:
+    """The local pool's work (supervisor.Pool.run) on the workers of the scheduler at `address`: same files in
+    job.out, same progress and errors. Each worker grades as many hand-ins at once as its `--nthreads`.
     """
     from distributed import Event, as_completed  # lazily: the grader imports Dask only with --scheduler
-    from .batch import BatchFailed, last_line  # here, not above: batch imports this module
 
     if not todo:
         return
@@ -84,7 +82,7 @@ def run_on_dask(address: str, todo: list[grade_one.Job], jobs: int, deadline: fl
             if future.cancelled():  # by the scheduler (the connection to it lost, say): the batch's failure, not a row
                 failed.append(f"grading {job.student_id}: {dropped(future)}")
                 continue
-            exitcode = write_back(job, outcome_of(future))
+            exitcode = write_back(job, outcome_of(future), deadline)
             if exitcode == grade_one.GRADER_FAILED:
                 log = Path(job.out) / "logs" / f"{job.student_id}.log"
                 failed.append(f"grading {job.student_id}: {last_line(log)}")
@@ -140,10 +138,6 @@ def handin_of(job: grade_one.Job) -> bytes | None:
         return None
 
 
-def result_path(job: grade_one.Job) -> Path:
-    return Path(job.out) / "results" / f"{job.student_id}.json"
-
-
 def outcome_of(future) -> dict:
     """What the task sent back; for a task that failed as a whole, a 'crashed' row saying what happened."""
     from distributed import KilledWorker
@@ -166,18 +160,16 @@ def dropped(future) -> str:
     return "the Dask scheduler dropped it"
 
 
-def write_back(job: grade_one.Job, outcome: dict) -> int | None:
-    """The grading's files into job.out, and a 'crashed' row where it left none; returns the grading's exit code."""
+def write_back(job: grade_one.Job, outcome: dict, deadline: float) -> int | None:
+    """The grading's files into job.out, and its row settled as a local one is; returns the grading's exit code."""
     out, sid = Path(job.out), job.student_id
     for folder in RETURNED:
         if outcome.get(folder) is not None:
             replace_file(out / folder / f"{sid}{SUFFIX[folder]}", outcome[folder])
-    if outcome["exitcode"] == grade_one.GRADER_FAILED:
-        return grade_one.GRADER_FAILED  # no row: the batch stops, and a rerun grades this student
-    result = outcome["result"] or asdict(grade_one.not_graded(job, "crashed", outcome.get("crashed") or (
-        f"the grading process ended unexpectedly (exit code {outcome['exitcode']})")))
-    write_result(result_path(job), result)
-    return outcome["exitcode"]
+    if outcome["result"] is not None:  # the worker's own supervisor settled it
+        write_result(result_path(job), outcome["result"])
+        return outcome["exitcode"]
+    return settle(job, outcome["exitcode"], deadline, crashed=outcome.get("crashed") or "")
 
 
 def cancel_waiting(client, futures: list) -> set:
@@ -362,40 +354,21 @@ def serve(path: str) -> None:
 
 
 def supervise(connection: socket.socket) -> None:
-    """The grading's parent on a worker, as run_jobs is locally: reads its order from the connection, runs
-    grade_one.run in a forked process, and stops it with all it started at the deadline (a 'timeout' row), or when
-    the connection closes (the batch interrupted, or its worker gone); sends back the grading's exit code."""
+    """The grading's parent on a worker: reads its order from the connection and supervises it as the local pool does
+    (supervisor.supervise), stopping it when the connection closes (the batch interrupted, or its worker gone); sends
+    back the grading's exit code."""
     reader = connection.makefile("rb")
     line = reader.readline()
     if not line:
         return
     order = pickle.loads(base64.b64decode(line))
-    job, deadline = order["job"], order["deadline"]
     os.chdir(order["course"])  # as batch.grade works from the course folder
     os.environ.update(order["env"])
     processes.become_subreaper()  # what the grading leaves behind stays below this process, where we stop it
-    started = time.monotonic()
-    # A plain fork, as run_jobs makes: this process runs one thread, and its imports are done
-    process = multiprocessing.get_context("fork").Process(target=grade_one.run, args=(job,), name=job.student_id)
-    process.start()
-    asked_to_stop = False
-    try:
-        while process.exitcode is None and time.monotonic() - started <= deadline:
-            if select.select([connection], [], [], POLL)[0]:  # the other end closed: stop
-                asked_to_stop = True
-                break
-            process.join(0)
-    finally:
-        over = process.exitcode is None
-        if over:
-            processes.kill([process.pid])
-        processes.stop_descendants(os.getpid())
-    if asked_to_stop:
-        return  # nobody waits for this grading: the batch stopped, or the scheduler gave it to another worker
-    if over:
-        write_result(result_path(job), asdict(grade_one.not_graded(
-            job, "timeout", f"grading took longer than {deadline:.0f} s in all and was stopped")))
-    connection.sendall(json.dumps({"exitcode": None if over else process.exitcode}).encode() + b"\n")
+    exitcode = supervise_grading(order["job"], order["deadline"],
+                                 stop_asked=lambda: bool(select.select([connection], [], [], 0)[0]))
+    if exitcode != "stopped":  # else nobody waits for it: the batch stopped, or the scheduler gave it to another worker
+        connection.sendall(json.dumps({"exitcode": exitcode}).encode() + b"\n")
 
 
 def stopped(interrupt) -> bool:

@@ -30,6 +30,11 @@ def is_test(cell) -> bool:
     return cell.cell_type == "code" and is_grade(cell) and not is_solution(cell) and bool(cell.source.strip())
 
 
+def out_of_threads(reply: dict | None) -> bool:
+    """The kernel, at its limit of processes, could not start a thread while showing an error."""
+    return bool(reply) and reply.get("ename") == "RuntimeError" and reply.get("evalue") == "can't start new thread"
+
+
 class GuardedExecute(Execute):
     """nbgrader's Execute, with each kernel in a sandbox (kernel.py), and checks around each test cell (integrity.py).
 
@@ -203,8 +208,12 @@ class GuardedExecute(Execute):
         """Check the kernel before the test `cells` (or after the first of them); if it was tampered with, say so in
         test cell `cell_index`, which then scores 0."""
         names, chains = (sorted(set().union(*found)) for found in zip(*(names_used(c.source) for c in cells)))
-        canary = Canary(names, chains, self.probes, watch=self.preload)
-        report, problem = canary.read(*await self._ask(canary.code))
+        for _ in range(2):  # once more after a kernel out of threads (a fork bomb's): a fresh check, nothing skipped
+            canary = Canary(names, chains, self.probes, watch=self.preload)
+            reply, errors = await self._ask(canary.code)
+            report, problem = canary.read(reply, errors)
+            if report is not None or not out_of_threads(reply):
+                break
         if report is not None:
             hidden = any(HIDDEN.search(c.source) for c in cells)  # a hidden test's names stay hidden
             seen = self.modules_seen

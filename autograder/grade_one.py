@@ -42,7 +42,7 @@ class GraderError(Exception):
     the batch stops, and a rerun grades this student again."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Job:
     """Everything one grading needs; paths are absolute."""
     student_id: str
@@ -60,6 +60,7 @@ class Job:
     secret: str = ""  # from nbgrader's exchange: kept beside the feedback, which release_feedback names after it
     due: str = ""  # the student's due date (extension included), ISO, from the course's gradebook ("" if none)
     given_id: str = ""  # the student's id as the LMS, folder or file gave it ("" where it is student_id itself)
+    warm: str = ""  # the socket of the slot's warm parent, which forks this hand-in's kernel ("": one started afresh)
 
 
 def release_of(job: Job):
@@ -74,9 +75,9 @@ def not_graded(job: Job, status: str, message: str, sha256: str = "") -> Result:
     cells = {gid: {"score": 0.0, "max_score": points, "needs_manual_grade": False} for gid, points in job.points.items()}
     if job.note and job.note not in message:
         message = f"{message}; {job.note}"
-    return Result(job.student_id, job.assignment, job.notebook, status, message, 0.0,
-                  sum(c["max_score"] for c in cells.values()), cells, {}, sha256, timestamp=job.timestamp,
-                  secret=job.secret, given_id=job.given_id)
+    return Result(student_id=job.student_id, assignment=job.assignment, notebook=job.notebook, status=status,
+                  message=message, max_score=sum(c["max_score"] for c in cells.values()), cells=cells, sha256=sha256,
+                  timestamp=job.timestamp, secret=job.secret, given_id=job.given_id)
 
 
 def course_config(job: Job, root: Path) -> Config:
@@ -92,6 +93,7 @@ def course_config(job: Job, root: Path) -> Config:
     config.CourseDirectory.student_id = job.student_id
     config.Autograde.create_student = True
     config.BaseConverter.force = True
+    config.SandboxedKernelManager.warm = job.warm
     return config
 
 
@@ -267,10 +269,12 @@ def grade(job: Job) -> Result:
     replace_file(Path(job.out) / "autograded" / f"{job.student_id}.ipynb",
                  source=Path(job.scratch) / "autograded" / job.student_id / job.assignment / job.notebook)
     status = problems[0][0] if problems else "graded"
-    result = Result(job.student_id, job.assignment, job.notebook, status, "; ".join([p[1] for p in problems] + notes),
-                    sum(c["score"] for c in cells.values()) - penalty, sum(c["max_score"] for c in cells.values()),
-                    cells, comments, sha, timestamp=job.timestamp, secret=job.secret, seconds_late=late,
-                    late_penalty=penalty, given_id=job.given_id)
+    result = Result(student_id=job.student_id, assignment=job.assignment, notebook=job.notebook, status=status,
+                    message="; ".join([p[1] for p in problems] + notes),
+                    score=sum(c["score"] for c in cells.values()) - penalty,
+                    max_score=sum(c["max_score"] for c in cells.values()), cells=cells, comments=comments, sha256=sha,
+                    timestamp=job.timestamp, secret=job.secret, seconds_late=late, late_penalty=penalty,
+                    given_id=job.given_id)
     result.execute_seconds = round(execute.execute_seconds, 2)
     result.check_seconds = round(execute.check_seconds, 2)
     return result

@@ -5,7 +5,6 @@ the cell is marked for manual grading again) and AssignLatePenalties' (the cours
 extension in the gradebook). grades.csv is then read back from it, so the three cannot disagree.
 """
 
-import shutil
 import warnings
 import zlib
 from contextlib import contextmanager

@@ -142,11 +142,13 @@ def raises(f, *a):
 checks = {"builtins.isinstance": lambda: not builtins.isinstance(1, str), "builtins.len": lambda: builtins.len([0, 0]) == 2,
           "builtins.abs": lambda: builtins.abs(-1) == 1, "builtins.all": lambda: not builtins.all([False]),
           "builtins.any": lambda: not builtins.any([False]), "math.isclose": lambda: not math.isclose(0.0, 1.0)}
-if "numpy" in sys.modules:
+# Only what this notebook's tests call is probed: a warm kernel has numpy and torch imported before any notebook runs,
+# and a first torch operation may start threads (which a kernel at its process limit cannot)
+if "numpy" in sys.modules and any(p.startswith("numpy.") for p in PROBED):
     np = sys.modules["numpy"]
     checks.update({"numpy.allclose": lambda: not np.allclose(0.0, 1.0), "numpy.array_equal": lambda: not np.array_equal([0], [1]),
                    "numpy.testing.assert_allclose": lambda: raises(np.testing.assert_allclose, 0.0, 1.0)})
-if "torch" in sys.modules:
+if "torch" in sys.modules and any(p.startswith(("torch.", "Tensor.")) for p in PROBED):
     torch = sys.modules["torch"]
     z, o = torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)
     def wrong_gradient_passes():

@@ -1,17 +1,22 @@
 """The kernel of one grading: started through sandbox.py, reached over ipc sockets in a runtime folder of its own."""
 
+import json
 import os
+import pwd
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import uuid
 from functools import cache
 from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
+from jupyter_client.provisioning import LocalProvisioner
 from traitlets import Bool, Float, Integer, List, Unicode, default
 
-from . import processes
+from . import processes, sandbox
 
 SANDBOX = Path(__file__).with_name("sandbox.py")
 # What the kernel may know of the grader's environment; everything else (passwords, tokens, paths) stays out.
@@ -58,6 +63,13 @@ class SandboxedKernelManager(AsyncKernelManager):
     unfenced = Bool(False, help="start kernels without the sandbox, only with the limits: for machines where "
                                 "bubblewrap cannot run; student code can then reach all the grader can").tag(config=True)
     bwrap = Unicode("bwrap", help="the bubblewrap command (Debian's package `bubblewrap`)").tag(config=True)
+    fork_warm = Bool(True, help="in `make grade`, fork each hand-in's kernel from a warm parent per grading slot, "
+                                "which has imported torch (milliseconds, where a fresh kernel takes seconds); False: "
+                                "start each kernel afresh").tag(config=True)
+    warm = Unicode("", help="the socket of this grading slot's warm parent (warm.py), set by the grader for each "
+                            "grading: the kernel is forked from it; empty: a kernel started afresh").tag(config=True)
+    cold_reason = ""  # why a kernel with `warm` set started afresh all the same
+
     @default("transport")
     def _ipc(self):
         return "ipc"  # a sandboxed kernel has no network: its sockets are files in its runtime folder
@@ -67,7 +79,9 @@ class SandboxedKernelManager(AsyncKernelManager):
         # A folder of its own (mode 0700) for the connection file and sockets; a socket's path may not exceed 107
         # bytes, so a long temporary folder gives way to /tmp.
         base = tempfile.gettempdir() if len(tempfile.gettempdir()) <= 60 else "/tmp"
-        return os.path.join(tempfile.mkdtemp(prefix="autograder-kernel-", dir=base), "k.json")
+        if self.warm:  # beside the warm parent's socket, in the folder its sandbox binds
+            base = os.path.join(os.path.dirname(self.warm), "kernels")
+        return os.path.join(tempfile.mkdtemp(prefix="autograder-kernel-" if not self.warm else "k-", dir=base), "k.json")
 
     @default("ip")
     def _socket_prefix(self):
@@ -96,11 +110,25 @@ class SandboxedKernelManager(AsyncKernelManager):
                    *(["--unfenced"] if self.unfenced else [])]
         return [sys.executable, str(SANDBOX), *options, "--", *super().format_kernel_cmd(extra_arguments)]
 
+    async def _async_pre_start_kernel(self, **kw):
+        """A kernel forked from the slot's warm parent where there is one and it answers; else started afresh, saying
+        why in the grading's log."""
+        self.kernel_id = self.kernel_id or kw.pop("kernel_id", str(uuid.uuid4()))
+        if self.provisioner is None and self.warm:
+            if self.unfenced or not os.path.exists(self.warm):
+                self.cold_reason = "unfenced" if self.unfenced else "the slot's warm parent is gone"
+                self.log.warning("autograder: this kernel starts afresh: %s", self.cold_reason)
+            else:
+                self.provisioner = WarmProvisioner(kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self)
+        return await super()._async_pre_start_kernel(**kw)
+
     def processes_inside(self) -> int:
         """How many processes run in the sandbox besides the kernel (and bwrap's own init)."""
         process = getattr(self.provisioner, "process", None)
         if process is None or process.poll() is not None:
             return 0
+        if isinstance(process, WarmKernel):
+            return process.count()
         below = processes.running(processes.descendants(process.pid))
         return max(0, len(below) - (1 if self.unfenced else 2))
 
@@ -110,3 +138,165 @@ class SandboxedKernelManager(AsyncKernelManager):
             shutil.rmtree(os.path.dirname(self.connection_file), ignore_errors=True)
 
     cleanup_resources = _async_cleanup_resources
+
+
+class WarmKernel:
+    """The kernel forked by a warm parent (warm.py), as jupyter_client's provisioner sees a process (Popen's methods):
+    one connection to the parent, which reports when the kernel ends and kills it when told, or when we close."""
+
+    stdin = stdout = stderr = None
+
+    def __init__(self, path: str, order: dict, fds: list[int]):
+        self.connection = socket.socket(socket.AF_UNIX)
+        self.connection.connect(path)
+        socket.send_fds(self.connection, [json.dumps(order).encode() + b"\n"], fds)
+        self.buffer = b""
+        self.returncode: int | None = None
+        self.pid = self.answer("started")
+        if self.pid is None:
+            raise ConnectionError("the warm parent did not fork a kernel")
+
+    def answer(self, key: str, block: bool = True):
+        """The parent's next answer to `key` (an exit report read on the way is kept); None: nothing yet, or the
+        parent is gone (and its children with it)."""
+        while True:
+            if b"\n" in self.buffer:
+                line, self.buffer = self.buffer.split(b"\n", 1)
+                message = json.loads(line)
+                if "exit" in message:
+                    self.returncode = message["exit"]
+                if key in message:
+                    return message[key]
+                continue
+            try:
+                chunk = self.connection.recv(65536, 0 if block else socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return None
+            except OSError:
+                chunk = b""
+            if not chunk:
+                if self.returncode is None:
+                    self.returncode = 128 + 9
+                return None
+            self.buffer += chunk
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.answer("exit", block=False)
+        return self.returncode
+
+    def wait(self, timeout=None) -> int:
+        while self.returncode is None:
+            self.answer("exit")
+        return self.returncode
+
+    def count(self) -> int:
+        try:
+            self.connection.sendall(b'{"count": true}\n')
+            return self.answer("count") or 0
+        except OSError:
+            return 0
+
+    def send_signal(self, signum: int) -> None:
+        self.kill()  # an interrupt goes as a message (interrupt_mode); any signal we send means: stop it
+
+    def kill(self) -> None:
+        try:
+            self.connection.sendall(b'{"kill": true}\n')
+        except OSError:
+            pass
+
+    terminate = kill
+
+
+class WarmProvisioner(LocalProvisioner):
+    """Launch a kernel by asking the slot's warm parent for a fork, with this grading's files, limits and output."""
+
+    async def launch_kernel(self, cmd: list[str], **kwargs) -> dict:
+        km = self.parent
+        runtime = os.path.dirname(km.connection_file)
+        if os.geteuid() == 0:  # the kernel, `nobody` outside, writes its sockets here and reads its connection file
+            nobody = pwd.getpwnam("nobody")
+            for path in [runtime] + [os.path.join(runtime, f) for f in os.listdir(runtime)]:
+                os.chown(path, nobody.pw_uid, nobody.pw_gid)
+        files, fds = beside(kwargs.get("cwd"))
+        order = {"connection_file": km.connection_file, "runtime": os.path.realpath(runtime),
+                 "runtime_root": os.path.realpath(os.path.dirname(km.warm)), "home": sandbox.HOME,
+                 "work": sandbox.WORK, "files": files, "memory": int(km.memory_gib * 2**30),
+                 "processes": km.processes, "scratch": km.scratch_mib << 20,
+                 "env": sandbox.environment([f"{n}={os.environ[n]}" for n in PASSED_ENV if n in os.environ],
+                                            sandbox.HOME, "/tmp")}
+        try:
+            self.process = WarmKernel(km.warm, order, [1, 2, *fds])
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self.pid, self.pgid = self.process.pid, None
+        self.cwd = kwargs.get("cwd")
+        km.log.info("autograder: kernel forked from the slot's warm parent")
+        return self.connection_info
+
+
+def beside(folder: str | None) -> tuple[list[str], list[int]]:
+    """The files nbgrader put beside the notebook: their paths relative to it, and descriptors to read them."""
+    names, fds, total = [], [], 0
+    for root, _, files in os.walk(folder) if folder else ():
+        for name in files:
+            path = os.path.join(root, name)
+            if os.path.islink(path) or not os.path.isfile(path):
+                continue
+            total += os.path.getsize(path)
+            if total > sandbox.MAX_STARTING_FILES or len(fds) >= 250:
+                raise RuntimeError(f"the files beside the notebook exceed {sandbox.MAX_STARTING_FILES >> 20} MiB or 250 files")
+            names.append(os.path.relpath(path, folder))
+            fds.append(os.open(path, os.O_RDONLY))
+    return names, fds
+
+
+# What every kernel of the course imports: a warm parent imports it once (ipykernel and torch always, warm.py).
+WARM_MODULES = ("numpy", "torch.distributed", "matplotlib", "matplotlib.font_manager", "torchcourse.check",
+                "torchcourse.data", "torchcourse.device", "torchcourse.launch", "torchcourse.seed",
+                "torchcourse.testing", "torchcourse.timing", "torchcourse.values")
+
+
+class WarmUnavailable(RuntimeError):
+    """No warm parent here; the message says why (kernels then start afresh)."""
+
+
+class WarmParent:
+    """One grading slot's warm parent (warm.py, in the sandbox sandbox.py --warm makes), in `folder` with its socket."""
+
+    def __init__(self, folder: Path, config, modules=WARM_MODULES):
+        km = SandboxedKernelManager(config=config)
+        if not km.fork_warm:
+            raise WarmUnavailable("SandboxedKernelManager.fork_warm is False")
+        if km.unfenced:
+            raise WarmUnavailable("kernels run unfenced")
+        if any(d.startswith("nvidia") for d in os.listdir("/dev")):
+            raise WarmUnavailable("this machine has an NVIDIA GPU: a kernel forked from a parent cannot be trusted to "
+                                  "use CUDA, so each starts afresh")
+        require_sandbox(km.bwrap)
+        self.folder = Path(folder)
+        (self.folder / "kernels").mkdir(parents=True)
+        self.socket = str(self.folder / "socket")
+        self.log = self.folder / "parent.log"
+        command = [sys.executable, str(SANDBOX), f"--bwrap={km.bwrap}", f"--runtime={self.folder}",
+                   *[f"--read-only={p}" for p in km.environment_read_only()],
+                   *[f"--env={name}={os.environ[name]}" for name in PASSED_ENV if name in os.environ],
+                   f"--scratch={km.scratch_mib << 20}", "--warm", self.socket, "--", *modules]
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log)
+
+    def ready(self) -> "WarmParent":
+        """Wait until it listens (it imports torch: seconds); WarmUnavailable saying why it cannot."""
+        if self.process.stdout.readline().strip() != b"ready":
+            self.process.wait()
+            said = self.log.read_text(errors="replace").strip().splitlines()
+            raise WarmUnavailable(f"the warm parent did not start ({said[-1] if said else f'exit code {self.process.returncode}'})")
+        return self
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self) -> None:
+        processes.kill([self.process.pid, *processes.descendants(self.process.pid)])

@@ -1,5 +1,5 @@
-"""Processes: a step run in a forked child, a lock between runs, and what a notebook leaves behind (found through
-/proc, and stopped)."""
+"""Processes: a step run in a forked child, a lock between runs, and what a notebook leaves behind (found with psutil,
+and stopped)."""
 
 import ctypes
 import fcntl
@@ -9,6 +9,8 @@ import signal
 import time
 from contextlib import contextmanager
 from pathlib import Path
+
+import psutil
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -21,40 +23,32 @@ def become_subreaper() -> None:
         pass
 
 
-def parents() -> dict[int, int]:
-    """pid -> parent pid of every process we can see."""
-    found = {}
-    for entry in os.scandir("/proc") if os.path.isdir("/proc") else []:
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat") as f:
-                    found[int(entry.name)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass  # it ended while we looked
-    return found
-
-
 def running(pids: list[int]) -> list[int]:
     """Those of `pids` that still run (not ended, not a zombie waiting for its parent)."""
     alive = []
     for p in pids:
         try:
-            with open(f"/proc/{p}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
-                    alive.append(p)
-        except (OSError, IndexError):
+            if psutil.Process(p).status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except psutil.Error:
             pass
     return alive
 
 
 def descendants(pid: int, spare: set[int] = frozenset()) -> list[int]:
     """Every process below `pid`, outside the subtrees of `spare`."""
-    ppid = parents()
-    tree, frontier = [], [c for c, parent in ppid.items() if parent == pid and c not in spare]
-    while frontier:
-        tree += frontier
-        frontier = [c for c, parent in ppid.items() if parent in frontier]
-    return tree
+    try:
+        tree = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+    spared = set(spare)
+    for process in tree:
+        if process.pid in spared:
+            try:
+                spared |= {p.pid for p in process.children(recursive=True)}
+            except psutil.Error:
+                pass
+    return [p.pid for p in tree if p.pid not in spared]
 
 
 def kill(pids: list[int]) -> None:

@@ -15,7 +15,7 @@ FIXED_COLUMNS = ["student_id", "gradebook_id", "assignment", "notebook", "score"
                  "seconds_late", "late_penalty", "graded_by_hand"]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Result:
     """One row of grades.csv, and what is needed to put it into the course's gradebook."""
     student_id: str  # the name of the student's files and gradebook entry (collect.file_name_of the id given)

@@ -33,6 +33,7 @@ GENERATED_ETC = {  # the sandbox's own users and hosts, none of the machine's
     "hosts": "127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n",
     "hostname": "sandbox\n",
 }
+WARM_SCRIPT = "/.autograder-warm.py"  # where a warm parent's sandbox holds warm.py
 MAX_STARTING_FILES = 256 << 20  # the files nbgrader puts beside the notebook (an assignment's data), at most
 CLONE_NEWUSER = 0x10000000
 
@@ -116,13 +117,8 @@ def environment(pairs: list[str], home: str, tmp: str) -> dict[str, str]:
     return env
 
 
-def root_user_namespace() -> int:
-    """For a grader running as root: a user namespace where the sandbox's user is `nobody` outside.
-
-    Root is exempt from the process limit, so the kernel must not be root. Inside, uid 0 stays root (so that bwrap
-    can bind folders only root can reach) until `setpriv` makes the kernel uid 1000, that is `nobody`.
-    """
-    nobody = pwd.getpwnam("nobody")
+def user_namespace(uid_map: str, gid_map: str) -> int:
+    """A descriptor of a new user namespace with these maps, made by a forked helper (bwrap's --userns)."""
     ready, go = os.pipe(), os.pipe()
     child = os.fork()
     if child == 0:  # holds the new namespace open until its maps are written and a descriptor is taken
@@ -133,9 +129,12 @@ def root_user_namespace() -> int:
     try:
         if os.read(ready[0], 1) != b"y":
             raise SystemExit("autograder: cannot create a user namespace for the sandbox")
-        for name, outside in (("uid_map", nobody.pw_uid), ("gid_map", nobody.pw_gid)):
+        if os.geteuid() != 0:
+            with open(f"/proc/{child}/setgroups", "w") as f:  # required before an ordinary user writes gid_map
+                f.write("deny")
+        for name, text in (("uid_map", uid_map), ("gid_map", gid_map)):
             with open(f"/proc/{child}/{name}", "w") as f:
-                f.write(f"0 0 1\n{UID} {outside} 1\n")
+                f.write(text)
         fd = os.open(f"/proc/{child}/ns/user", os.O_RDONLY)
     finally:
         os.write(go[1], b"x")
@@ -146,8 +145,30 @@ def root_user_namespace() -> int:
     return fd
 
 
-def identity(runtime: str) -> tuple[list[str], list[str]]:
-    """bwrap's options for the sandbox's user, and the command that must come first inside."""
+def root_user_namespace() -> int:
+    """For a grader running as root: a user namespace where the sandbox's user is `nobody` outside.
+
+    Root is exempt from the process limit, so the kernel must not be root. Inside, uid 0 stays root (so that bwrap
+    can bind folders only root can reach) until `setpriv` makes the kernel uid 1000, that is `nobody`.
+    """
+    nobody = pwd.getpwnam("nobody")
+    return user_namespace(f"0 0 1\n{UID} {nobody.pw_uid} 1\n", f"0 0 1\n{UID} {nobody.pw_gid} 1\n")
+
+
+def own_user_namespace() -> int:
+    """For a warm parent of an ordinary user's grader: a namespace mapping the sandbox's user to this one, made by us,
+    not by bwrap, so that the mounts bwrap makes in it stay ours to change (a child's fresh /proc needs that)."""
+    return user_namespace(f"{UID} {os.getuid()} 1\n", f"{UID} {os.getgid()} 1\n")
+
+
+def identity(runtime: str, warm: bool = False) -> tuple[list[str], list[str]]:
+    """bwrap's options for the sandbox's user, and the command that must come first inside.
+
+    A warm parent keeps its capabilities inside its namespace (to make each child's namespaces); each child drops them
+    and becomes the sandbox's user (warm.py)."""
+    if warm:
+        return ["--userns", str(root_user_namespace() if os.geteuid() == 0 else own_user_namespace()),
+                "--cap-add", "ALL"], []
     if os.geteuid() != 0:
         return ["--unshare-user", "--disable-userns", "--uid", str(UID), "--gid", str(UID)], []
     nobody = pwd.getpwnam("nobody")
@@ -158,9 +179,10 @@ def identity(runtime: str) -> tuple[list[str], list[str]]:
     return ["--userns", str(root_user_namespace())], become
 
 
-def bwrap_command(args, kernel: list[str], files_from: str | None) -> list[str]:
-    """The whole bwrap command line that starts `kernel` in the sandbox."""
-    user, become = identity(args.runtime)
+def bwrap_command(args, kernel: list[str], files_from: str | None, warm: bool = False) -> list[str]:
+    """The whole bwrap command line that starts `kernel` in the sandbox (with `warm`, the warm parent of warm.py,
+    which makes each hand-in's private folders and limits itself)."""
+    user, become = identity(args.runtime, warm)
     env = environment(args.env, HOME, "/tmp")
     private = [a for path in ("/tmp", "/dev/shm", HOME) for a in ("--size", str(args.scratch), "--perms", "1777",
                                                                  "--tmpfs", path)]
@@ -172,7 +194,8 @@ def bwrap_command(args, kernel: list[str], files_from: str | None) -> list[str]:
             "--proc", "/proc", "--dev", "/dev", *private, *binds(args.read_only),
             "--perms", "0777", "--dir", WORK, *starting_files(files_from),
             "--bind", args.runtime, os.path.realpath(args.runtime), "--chdir", WORK]
-    return command + reachable(command) + ["--", *become, *limits(args.memory, args.processes, args.scratch), *kernel]
+    return command + reachable(command) + ["--", *become, *([] if warm else limits(args.memory, args.processes, args.scratch)),
+                                           *kernel]
 
 
 def check(bwrap: str) -> int:
@@ -208,6 +231,8 @@ def main() -> None:
     parser.add_argument("--scratch", type=int, default=512 << 20, help="bytes of each private folder, and of a file")
     parser.add_argument("--env", action="append", default=[], help="NAME=VALUE to pass to the kernel")
     parser.add_argument("--unfenced", action="store_true", help="no sandbox: the limits and a private home alone")
+    parser.add_argument("--warm", metavar="SOCKET", help="start warm.py's parent, listening on SOCKET (in --runtime), "
+                                                         "importing the modules given after --")
     parser.add_argument("kernel", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     kernel = args.kernel[1:] if args.kernel[:1] == ["--"] else args.kernel
@@ -217,6 +242,10 @@ def main() -> None:
             os.makedirs(folder, exist_ok=True)
         command = limits(args.memory, args.processes, args.scratch) + kernel
         os.execvpe(command[0], command, environment(args.env, home, tmp))
+    if args.warm:  # warm.py, bound read-only where no kernel's import finds it
+        script = ["--ro-bind", os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm.py"), WARM_SCRIPT]
+        command = bwrap_command(args, [sys.executable, WARM_SCRIPT, args.warm, *kernel], None, warm=True)
+        os.execvp(args.bwrap, command[:1] + script + command[1:])
     command = bwrap_command(args, kernel, os.getcwd())  # nbgrader starts the kernel beside the notebook
     os.execvp(command[0], command)
 

@@ -155,17 +155,17 @@ def main() -> None:
     checks = sum(r.get("check_seconds", 0) for r in executed) / max(1, len(executed))
     print(f"plain nbgrader, sequential (autograde + generate_feedback): {base_s:6.1f} s  ({base_s / n:.2f} s per submission)")
     print(f"python -m autograder grade --jobs {jobs}:                    {our_s:6.1f} s  ({our_s / n:.2f} s per submission)")
-    print(f"ratio vs plain nbgrader: {base_s / our_s:.2f}")
+    print(f"ratio vs plain nbgrader: {base_s / our_s:.2f} (target: at least 5)")
     print(f"per submission, in a grading process: {run:.2f} s running cells, {overhead:.2f} s beyond that "
           f"({100 * overhead / run:.0f}% of the cells' time; of it {checks:.2f} s of integrity checks, the rest kernel "
-          f"start and stop, nbgrader's steps, feedback)")
+          f"start and stop, nbgrader's steps, feedback; target: at most 0.3 s)")
     print(f"the same class on a Dask scheduler, one local worker with {jobs} threads: {dask_s:6.1f} s; "
           f"ratio to the local run: {our_s / dask_s:.2f}")
     core_seconds = sum(seconds for _, seconds, _ in term)
     print(f"a right hand-in of each notebook, {jobs} graded at once: " +
           ", ".join(f"{a.split('_')[0]} {s:.1f} s ({c:.1f} s cells)" for a, s, c in term))
     print(f"projection, 1000 students x {len(term)} notebooks on 16 cores (one grading per core, this machine's "
-          f"per-core speed): {1000 * core_seconds / 16 / 60:.0f} min; on this machine's {os.cpu_count()} cores: "
+          f"per-core speed): {1000 * core_seconds / 16 / 60:.0f} min (target: under 10); on this machine's {os.cpu_count()} cores: "
           f"{1000 * core_seconds / (os.cpu_count() or 1) / 3600:.1f} h")
     wrong = {k: (our.get(k), on_dask.get(k)) for k in our if our.get(k) != on_dask.get(k)}
     print("scores: " + ("all agree" if not differ else f"{len(differ)} differ (plain nbgrader, ours): {differ}") +

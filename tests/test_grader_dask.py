@@ -211,12 +211,13 @@ def test_every_end_of_a_task_leaves_a_row_but_the_graders_own_failure(tmp_path):
     from distributed import KilledWorker
     for folder in ("results", "feedback", "autograded", "logs"):
         (tmp_path / folder).mkdir()
-    job = Job("alice", ASSIGNMENT, NOTEBOOK, "", "", "", str(tmp_path), None, points={"a": 1.0, "b": 2.0})
+    job = Job(student_id="alice", assignment=ASSIGNMENT, notebook=NOTEBOOK, submitted="", template="", scratch="",
+              out=str(tmp_path), config=None, points={"a": 1.0, "b": 2.0})
     row = {"student_id": "alice", "status": "graded", "score": 3.0, "max_score": 3.0, "message": ""}
 
     def written(task) -> dict | None:
         (tmp_path / "results" / "alice.json").unlink(missing_ok=True)
-        on_dask.write_back(job, on_dask.outcome_of(task))
+        on_dask.write_back(job, on_dask.outcome_of(task), deadline=100)
         return read_result(tmp_path / "results" / "alice.json")
 
     sent = {"result": row, "exitcode": 0, "feedback": b"<html>", "autograded": b"{}", "logs": b"graded\n"}

@@ -1,0 +1,304 @@
+"""A warm kernel: a sandboxed parent that has imported what every kernel imports, forking a fresh kernel per hand-in.
+
+    python autograder/warm.py SOCKET [MODULE]...      (started by sandbox.py --warm, inside its bubblewrap sandbox)
+
+The parent imports ipykernel, torch and MODULE... once, starts no thread, touches no CUDA, runs no student code, and
+listens on SOCKET. For each connection it forks a child that becomes that hand-in's kernel, in namespaces of its own:
+mounts (a fresh, size-capped /tmp, /dev/shm and home with the working folder; the root and /dev read-only; every
+other hand-in's runtime folder, and the parent's socket, hidden), PIDs (a fresh /proc: no process of the parent's
+or another hand-in's is visible or signalled), network (loopback only, its own ports) and SysV IPC. It then becomes
+the sandbox's user without capabilities, with the limits, and runs ipykernel. Forking takes milliseconds where a
+fresh interpreter takes seconds to import torch (FACTS.md); a child that ends, however it ends, leaves the parent as
+it was, because the parent never runs what a child runs.
+
+The protocol, one JSON line each way: the grader sends its order with descriptors (SCM_RIGHTS: the kernel's stdout
+and stderr, then the files beside the notebook); the parent answers {"started": pid}, then {"exit": code} when the
+kernel ended (128 + N for a signal, as bwrap reports it). The grader may send {"count": true} (answer {"count": n}:
+the processes running beside the kernel) and {"kill": true}; closing the connection kills the kernel too.
+
+Run as a script (not -m), like sandbox.py: nothing of the grader is imported. Linux only.
+"""
+
+import ctypes
+import fcntl
+import json
+import os
+import resource
+import selectors
+import signal
+import socket
+import struct
+import sys
+
+libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWIPC = 0x20000, 0x20000000, 0x40000000, 0x08000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 4, 24, 38, 47
+UID = 1000  # the sandbox's user, as sandbox.py makes it
+PROC_COVERED = ("sys", "sysrq-trigger", "irq", "bus")  # read-only in a fresh /proc, as bwrap makes its own
+
+
+def check(result: int, what: str) -> None:
+    if result != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"{what}: {os.strerror(error)}")
+
+
+def mount(source, target: str, kind, flags: int, data: str | None = None) -> None:
+    encode = (lambda s: s.encode() if s else None)
+    check(libc.mount(encode(source), target.encode(), encode(kind), flags, encode(data)), f"mount {target}")
+
+
+def loopback_up() -> None:
+    """A new network namespace has its loopback interface down."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        fcntl.ioctl(s, 0x8914, struct.pack("16sH14x", b"lo", 0x1 | 0x8 | 0x40))  # SIOCSIFFLAGS: UP, LOOPBACK, RUNNING
+
+
+def private_folders(order: dict, files: list[int]) -> None:
+    """This hand-in's mounts: fresh scratch folders, its runtime folder alone, read-only root and /dev."""
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    mine = os.open(order["runtime"], os.O_RDONLY | os.O_DIRECTORY)  # before a fresh /tmp may hide it
+    size = f"size={order['scratch']},mode=1777"
+    for path in ("/tmp", "/dev/shm", order["home"]):
+        mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, size)
+    work = order["work"]
+    os.makedirs(work, mode=0o777, exist_ok=True)
+    os.chmod(work, 0o777)
+    for relative, fd in zip(order["files"], files):  # the files nbgrader put beside the notebook
+        path = os.path.normpath(os.path.join(work, relative))
+        if not path.startswith(work + "/"):
+            continue
+        os.makedirs(os.path.dirname(path), mode=0o777, exist_ok=True)
+        with open(path, "wb") as target:  # the grader has checked the sizes; the limit on files holds besides
+            while chunk := os.read(fd, 1 << 20):
+                target.write(chunk)
+        os.chmod(path, 0o666)
+    # the runtime root holds every hand-in's sockets and the parent's: only this hand-in's own stays visible
+    os.makedirs(order["runtime_root"], exist_ok=True)
+    mount("tmpfs", order["runtime_root"], "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    os.makedirs(order["runtime"], exist_ok=True)
+    mount(f"/proc/self/fd/{mine}", order["runtime"], None, MS_BIND)
+    os.close(mine)
+    for path in ("/", "/dev"):
+        mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID)
+
+
+def fresh_proc() -> None:
+    """A /proc of this PID namespace, its writable corners read-only."""
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for name in PROC_COVERED:
+        path = f"/proc/{name}"
+        if os.path.exists(path):
+            mount(path, path, None, MS_BIND | MS_REC)
+            mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def become_student(order: dict) -> None:
+    """The sandbox's user, with no capability left and none to gain, and the limits."""
+    for cap in range(64):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            break  # past the last capability this kernel knows
+    libc.prctl(PR_CAP_AMBIENT, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL
+    try:
+        os.setgroups([])
+    except PermissionError:  # a grader that is not root: its namespace maps one user and denies setgroups
+        pass
+    os.setresgid(UID, UID, UID)
+    os.setresuid(UID, UID, UID)
+    header = struct.pack("Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    check(libc.capset(header, bytes(24)), "capset")  # none effective, permitted or inheritable
+    check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc files readable to itself again
+    for limit, value in ((resource.RLIMIT_DATA, order["memory"]), (resource.RLIMIT_NPROC, order["processes"]),
+                         (resource.RLIMIT_FSIZE, order["scratch"]), (resource.RLIMIT_CORE, 0)):
+        resource.setrlimit(limit, (value, value))
+
+
+def run_kernel(order: dict, stdout: int, stderr: int) -> None:
+    """Become the kernel: as `python -m ipykernel_launcher -f CONNECTION_FILE` would, started in the working folder."""
+    os.setsid()
+    null = os.open("/dev/null", os.O_RDONLY)
+    for fd, target in ((null, 0), (stdout, 1), (stderr, 2)):
+        os.dup2(fd, target)
+    os.closerange(3, 1 << 16)
+    become_student(order)
+    os.chdir(order["work"])
+    os.environ.clear()
+    os.environ.update(order["env"])
+    import random
+    random.seed()  # a fresh interpreter's generators differ in each kernel; inherited ones would not
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    sys.path[:] = [p for p in sys.path[1:]]  # not this script's folder
+    sys.argv = ["ipykernel_launcher", "-f", order["connection_file"]]
+    from ipykernel import kernelapp
+    kernelapp.launch_new_instance()
+
+
+def init(kernel: int) -> int:
+    """PID 1 of the hand-in's namespace: collect every orphan; end, with the kernel's status, when the kernel ends
+    (which ends every process left in the namespace)."""
+    while True:
+        pid, status = os.wait()
+        if pid == kernel:
+            return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def child(order: dict, fds: list[int]) -> int:
+    """The hand-in's side of a fork: its namespaces and folders, then PID 1, then the kernel."""
+    check(libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC), "unshare")
+    loopback_up()
+    private_folders(order, fds[2:])
+    first = os.fork()  # PID 1 of the new namespace
+    if first:
+        _, status = os.waitpid(first, 0)
+        return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # killing this child kills the namespace
+    fresh_proc()
+    kernel = os.fork()
+    if kernel == 0:
+        try:
+            run_kernel(order, fds[0], fds[1])
+        except BaseException as error:  # on the kernel's stderr: the grading's log
+            import traceback
+            os.write(2, f"autograder warm kernel: {type(error).__name__}: {error}\n{traceback.format_exc()}".encode())
+        os._exit(1)
+    os.closerange(3, 1 << 16)  # PID 1 holds nothing of the hand-in's
+    os._exit(init(kernel))
+
+
+class Parent:
+    """The warm parent: one connection per hand-in, one forked child per connection."""
+
+    def __init__(self, path: str):
+        self.server = socket.socket(socket.AF_UNIX)
+        self.server.bind(path)
+        self.server.listen(16)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.server, selectors.EVENT_READ)
+        wake_read, wake_write = os.pipe()
+        os.set_blocking(wake_write, False)
+        signal.set_wakeup_fd(wake_write)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.selector.register(wake_read, selectors.EVENT_READ)
+        self.children: dict[int, socket.socket] = {}  # pid -> its grader's connection
+        self.buffers: dict[socket.socket, bytes] = {}
+
+    def serve(self) -> None:
+        print("ready", flush=True)
+        while True:
+            for key, _ in self.selector.select():
+                if key.fileobj is self.server:
+                    self.accept()
+                elif isinstance(key.fileobj, int):
+                    os.read(key.fileobj, 512)
+                    self.reap()
+                else:
+                    self.read(key.fileobj)
+
+    def accept(self) -> None:
+        connection, _ = self.server.accept()
+        data, fds, _, _ = socket.recv_fds(connection, 1 << 20, 256)
+        try:
+            order = json.loads(data.decode())
+        except ValueError:
+            connection.close()
+            return
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                self.server.close()
+                connection.close()
+                code = child(order, fds)
+            except BaseException as error:  # told to the kernel's stderr, where the grader's log has it
+                import traceback
+                os.write(fds[1] if len(fds) > 1 else 2, f"autograder warm kernel: {error}\n{traceback.format_exc()}".encode())
+            finally:
+                os._exit(code)
+        for fd in fds:
+            os.close(fd)
+        self.children[pid] = connection
+        self.buffers[connection] = b""
+        self.selector.register(connection, selectors.EVENT_READ)
+        self.send(connection, {"started": pid})
+
+    def read(self, connection: socket.socket) -> None:
+        pid = next((p for p, c in self.children.items() if c is connection), None)
+        try:
+            chunk = connection.recv(65536)
+        except OSError:
+            chunk = b""
+        if not chunk:  # the grader is gone: so is its kernel
+            self.forget(connection)
+            if pid is not None:
+                self.kill(pid)
+            return
+        self.buffers[connection] += chunk
+        while b"\n" in self.buffers[connection]:
+            line, self.buffers[connection] = self.buffers[connection].split(b"\n", 1)
+            ask = json.loads(line)
+            if pid is not None and ask.get("kill"):
+                self.kill(pid)
+            elif pid is not None and ask.get("count"):
+                self.send(connection, {"count": max(0, len(descendants(pid)) - 2)})  # besides PID 1 and the kernel
+
+    def kill(self, pid: int) -> None:
+        try:
+            os.kill(pid, signal.SIGKILL)  # its PID 1 dies with it, and with that every process of the namespace
+        except ProcessLookupError:
+            pass
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            connection = self.children.pop(pid, None)
+            code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+            if connection is not None and connection in self.buffers:
+                self.send(connection, {"exit": code})
+
+    def send(self, connection: socket.socket, message: dict) -> None:
+        try:
+            connection.sendall(json.dumps(message).encode() + b"\n")
+        except OSError:
+            self.forget(connection)
+
+    def forget(self, connection: socket.socket) -> None:
+        if connection in self.buffers:
+            del self.buffers[connection]
+            self.selector.unregister(connection)
+            connection.close()
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` still running (this parent sees into its children's namespaces)."""
+    import psutil
+    try:
+        return [p.pid for p in psutil.Process(pid).children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+    except psutil.Error:
+        return []
+
+
+def main() -> None:
+    path, modules = sys.argv[1], sys.argv[2:]
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no kernel may read this process's memory through /proc
+    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")  # as ipykernel sets it
+    import importlib
+    for name in ["ipykernel.kernelapp", "torch", "psutil", *modules]:
+        try:
+            importlib.import_module(name)
+        except ImportError as error:  # a kernel that needs it fails as a fresh one would
+            print(f"autograder warm kernel: {name} not imported ({error})", file=sys.stderr, flush=True)
+    Parent(path).serve()
+
+
+if __name__ == "__main__":
+    main()
