@@ -64,6 +64,7 @@ class GuardedExecute(Execute):
         self.verdicts: dict[str, str] = {}  # cell id -> the grader's own message in that cell's outputs
         self.execute_seconds = 0.0  # running cells, the rest of a grading being overhead
         self.check_seconds = 0.0  # of the overhead: the integrity checks
+        self.kernel_seconds = {"kernel start": 0.0, "kernel stop": 0.0}  # and the kernel's start and stop
         self.left_running = 0  # processes the notebook left in its sandbox
         self.memory_gib: float | None = None  # the kernel's memory limit
         self.hidden_started = False
@@ -239,9 +240,25 @@ class GuardedExecute(Execute):
         if not self.hidden_started:  # likewise for widgets: an Output widget can capture a later cell's output
             super().handle_comm_msg(outs, msg, cell_index)
 
+    async def async_start_new_kernel(self, **kw):
+        start = time.perf_counter()
+        try:
+            await super().async_start_new_kernel(**kw)
+        finally:
+            self.kernel_seconds["kernel start"] += time.perf_counter() - start
+
+    async def async_start_new_kernel_client(self):
+        start = time.perf_counter()  # until the kernel answers
+        try:
+            return await super().async_start_new_kernel_client()
+        finally:
+            self.kernel_seconds["kernel start"] += time.perf_counter() - start
+
     async def _async_cleanup_kernel(self):
+        start = time.perf_counter()
         if self.km is not None and hasattr(self.km, "processes_inside"):
             self.left_running, self.memory_gib = self.km.processes_inside(), self.km.memory_gib
         await super()._async_cleanup_kernel()
+        self.kernel_seconds["kernel stop"] += time.perf_counter() - start
 
     _cleanup_kernel = run_sync(_async_cleanup_kernel)  # as execute_cell: nbclient binds its own

@@ -220,6 +220,7 @@ def warm_up(config: Config) -> None:
 
 def grade(job: Job) -> Result:
     """Validate, repair, autograde (again without a cell that killed the kernel), score, write feedback."""
+    clock = {"read and check the hand-in (and attempts that lost the kernel)": time.perf_counter()}
     data = Path(job.submitted).read_bytes()
     sha = hashlib.sha256(data).hexdigest()
     release = release_of(job)
@@ -246,6 +247,7 @@ def grade(job: Job) -> Result:
     notes += [f"{', '.join(twice)} appeared more than once; the last copy was graded"] if twice else []
     problems, skip, lessons = [], {}, skippable(nb, release)
     for _ in range(ATTEMPTS):
+        clock["nbgrader's autograde"] = time.perf_counter()
         execute, lost = autograde(job, nb, skip, lessons)
         if lost is None:
             break
@@ -264,10 +266,14 @@ def grade(job: Job) -> Result:
         n = execute.left_running
         notes.append(f"the notebook left {n} process{'es' if n > 1 else ''} running after grading; "
                      f"{'they were' if n > 1 else 'it was'} stopped")
+    clock["scores from the gradebook"] = time.perf_counter()
     cells, comments, late, penalty = scores(job, graded)
+    clock["feedback"] = time.perf_counter()
     feedback(job)
+    clock["autograded notebook out"] = time.perf_counter()
     replace_file(Path(job.out) / "autograded" / f"{job.student_id}.ipynb",
                  source=Path(job.scratch) / "autograded" / job.student_id / job.assignment / job.notebook)
+    clock["end"] = time.perf_counter()
     status = problems[0][0] if problems else "graded"
     result = Result(student_id=job.student_id, assignment=job.assignment, notebook=job.notebook, status=status,
                     message="; ".join([p[1] for p in problems] + notes),
@@ -277,6 +283,11 @@ def grade(job: Job) -> Result:
                     given_id=job.given_id)
     result.execute_seconds = round(execute.execute_seconds, 2)
     result.check_seconds = round(execute.check_seconds, 2)
+    marks = list(clock.items())
+    phases = {name: later - at for (name, at), (_, later) in zip(marks, marks[1:])}
+    inside = {**execute.kernel_seconds, "integrity checks": execute.check_seconds}  # the last attempt's
+    phases["nbgrader's autograde"] -= sum(inside.values()) + execute.execute_seconds
+    result.phases = {name: round(seconds, 3) for name, seconds in {**phases, **inside}.items()}
     return result
 
 

@@ -220,7 +220,8 @@ class WarmProvisioner(LocalProvisioner):
             for path in [runtime] + [os.path.join(runtime, f) for f in os.listdir(runtime)]:
                 os.chown(path, nobody.pw_uid, nobody.pw_gid)
         files, fds = beside(kwargs.get("cwd"))
-        order = {"connection_file": km.connection_file, "runtime": os.path.realpath(runtime),
+        arguments = cmd[cmd.index("ipykernel_launcher") + 1:] if "ipykernel_launcher" in cmd else ["-f", km.connection_file]
+        order = {"connection_file": km.connection_file, "argv": arguments, "runtime": os.path.realpath(runtime),
                  "runtime_root": os.path.realpath(os.path.dirname(km.warm)), "home": sandbox.HOME,
                  "work": sandbox.WORK, "files": files, "memory": int(km.memory_gib * 2**30),
                  "processes": km.processes, "scratch": km.scratch_mib << 20,

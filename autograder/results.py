@@ -31,6 +31,7 @@ class Result:
     seconds: float = 0.0  # wall time of the whole grading
     execute_seconds: float = 0.0  # of which running the notebook's cells
     check_seconds: float = 0.0  # and the integrity checks around its tests
+    phases: dict = field(default_factory=dict)  # where the rest of `seconds` went: phase -> seconds (make bench-grade)
     timestamp: str = ""  # when it was submitted, from nbgrader's exchange ("" for a folder or a zip)
     secret: str = ""  # the exchange's submission secret: its feedback is released under a name made from it
     seconds_late: float = 0.0  # after the due date (the student's extension included) in the gradebook

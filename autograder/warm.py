@@ -131,7 +131,7 @@ def run_kernel(order: dict, stdout: int, stderr: int) -> None:
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
     sys.path[:] = [p for p in sys.path[1:]]  # not this script's folder
-    sys.argv = ["ipykernel_launcher", "-f", order["connection_file"]]
+    sys.argv = ["ipykernel_launcher", *order["argv"]]  # -f CONNECTION_FILE and nbclient's own (an in-memory history)
     from ipykernel import kernelapp
     kernelapp.launch_new_instance()
 

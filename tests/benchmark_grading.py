@@ -159,6 +159,14 @@ def main() -> None:
     print(f"per submission, in a grading process: {run:.2f} s running cells, {overhead:.2f} s beyond that "
           f"({100 * overhead / run:.0f}% of the cells' time; of it {checks:.2f} s of integrity checks, the rest kernel "
           f"start and stop, nbgrader's steps, feedback; target: at most 0.3 s)")
+    phases = {}
+    for r in executed:
+        for name, seconds in r.get("phases", {}).items():
+            phases[name] = phases.get(name, 0.0) + seconds / len(executed)
+    rest = overhead - sum(phases.values())
+    print("where the overhead goes, per submission: " + ", ".join(
+        f"{name} {seconds:.2f} s" for name, seconds in sorted(phases.items(), key=lambda p: -p[1])) +
+          f", the grading process's own start and end {rest:.2f} s")
     print(f"the same class on a Dask scheduler, one local worker with {jobs} threads: {dask_s:6.1f} s; "
           f"ratio to the local run: {our_s / dask_s:.2f}")
     core_seconds = sum(seconds for _, seconds, _ in term)
