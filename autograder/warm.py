@@ -55,13 +55,37 @@ def loopback_up() -> None:
         fcntl.ioctl(s, 0x8914, struct.pack("16sH14x", b"lo", 0x1 | 0x8 | 0x40))  # SIOCSIFFLAGS: UP, LOOPBACK, RUNNING
 
 
+def bound_below(folders: tuple[str, ...], skip: str) -> list[tuple[str, int, int]]:
+    """The folders bound below `folders` (a course, its Python environment under /tmp, say), outside `skip`: their
+    paths, a descriptor of each and their flags (read-only, ...), shallowest first."""
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            path = fields[4].encode().decode("unicode_escape")  # \040 for a space
+            if any(path.startswith(folder + "/") for folder in folders) and not (path + "/").startswith(skip + "/"):
+                options = fields[5].split(",")
+                flags = sum(flag for name, flag in (("ro", MS_RDONLY), ("nosuid", MS_NOSUID), ("nodev", MS_NODEV),
+                                                    ("noexec", MS_NOEXEC)) if name in options)
+                found.append((path, flags))
+    return [(path, os.open(path, os.O_PATH), flags) for path, flags in sorted(found, key=lambda p: p[0].count("/"))]
+
+
 def private_folders(order: dict, files: list[int]) -> None:
     """This hand-in's mounts: fresh scratch folders, its runtime folder alone, read-only root and /dev."""
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     mine = os.open(order["runtime"], os.O_RDONLY | os.O_DIRECTORY)  # before a fresh /tmp may hide it
     size = f"size={order['scratch']},mode=1777"
-    for path in ("/tmp", "/dev/shm", order["home"]):
+    scratch = ("/tmp", "/dev/shm", order["home"])
+    below = bound_below(scratch, order["runtime_root"])
+    for path in scratch:
         mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, size)
+    for path, fd, flags in below:  # bound again where the fresh folders hid them, as they were
+        os.makedirs(path, exist_ok=True)
+        mount(f"/proc/self/fd/{fd}", path, None, MS_BIND)
+        if flags:
+            mount(None, path, None, MS_REMOUNT | MS_BIND | flags)
+        os.close(fd)
     work = order["work"]
     os.makedirs(work, mode=0o777, exist_ok=True)
     os.chmod(work, 0o777)
