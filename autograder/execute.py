@@ -254,6 +254,9 @@ class GuardedExecute(Execute):
         finally:
             self.kernel_seconds["kernel start"] += time.perf_counter() - start
 
+    start_new_kernel = run_sync(async_start_new_kernel)  # as execute_cell: nbclient binds its own
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)
+
     async def _async_cleanup_kernel(self):
         start = time.perf_counter()
         if self.km is not None and hasattr(self.km, "processes_inside"):

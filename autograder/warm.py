@@ -311,6 +311,21 @@ def descendants(pid: int) -> list[int]:
         return []
 
 
+def warm_caches() -> None:
+    """Fill once the caches a kernel fills on its first error (most of a second with torch loaded): `inspect`'s map of
+    every loaded module's file, and what IPython's tracebacks load to show one."""
+    import inspect
+    try:
+        raise RuntimeError
+    except RuntimeError as error:
+        inspect.getmodule(error.__traceback__.tb_frame)
+        try:
+            from IPython.core.ultratb import AutoFormattedTB
+            AutoFormattedTB(mode="Context").structured_traceback(type(error), error, error.__traceback__)
+        except Exception:  # a cache not filled costs time, never a grade
+            pass
+
+
 def main() -> None:
     path, modules = sys.argv[1], sys.argv[2:]
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no kernel may read this process's memory through /proc
@@ -321,6 +336,7 @@ def main() -> None:
             importlib.import_module(name)
         except ImportError as error:  # a kernel that needs it fails as a fresh one would
             print(f"autograder warm kernel: {name} not imported ({error})", file=sys.stderr, flush=True)
+    warm_caches()
     Parent(path).serve()
 
 
