@@ -2,7 +2,6 @@
 
 import json
 import os
-import pwd
 import shutil
 import socket
 import subprocess
@@ -18,6 +17,10 @@ from traitlets import Bool, Float, Integer, List, Unicode, default
 
 from . import processes, sandbox
 
+# What every kernel of the course imports: a warm parent imports it once (ipykernel and torch always, warm.py).
+WARM_MODULES = ("numpy", "torch.distributed", "matplotlib", "matplotlib.font_manager", "torchcourse.check",
+                "torchcourse.data", "torchcourse.device", "torchcourse.launch", "torchcourse.seed",
+                "torchcourse.testing", "torchcourse.timing", "torchcourse.values")
 SANDBOX = Path(__file__).with_name("sandbox.py")
 # What the kernel may know of the grader's environment; everything else (passwords, tokens, paths) stays out.
 PASSED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NBGRADER_EXECUTION", "CUDA_VISIBLE_DEVICES")
@@ -66,9 +69,10 @@ class SandboxedKernelManager(AsyncKernelManager):
     fork_warm = Bool(True, help="in `make grade`, fork each hand-in's kernel from a warm parent per grading slot, "
                                 "which has imported torch (milliseconds, where a fresh kernel takes seconds); False: "
                                 "start each kernel afresh").tag(config=True)
+    warm_modules = List(Unicode(), list(WARM_MODULES), help="what a warm parent imports besides ipykernel and torch: "
+                                                             "what every kernel of the course imports").tag(config=True)
     warm = Unicode("", help="the socket of this grading slot's warm parent (warm.py), set by the grader for each "
                             "grading: the kernel is forked from it; empty: a kernel started afresh").tag(config=True)
-    cold_reason = ""  # why a kernel with `warm` set started afresh all the same
 
     @default("transport")
     def _ipc(self):
@@ -103,23 +107,26 @@ class SandboxedKernelManager(AsyncKernelManager):
         else:
             require_sandbox(self.bwrap)
         self.kernel_spec.interrupt_mode = "message"  # a signal would stop bwrap, not the kernel inside
-        options = [f"--bwrap={self.bwrap}", f"--runtime={os.path.dirname(self.connection_file)}", f"--memory={int(self.memory_gib * 2**30)}",
-                   f"--processes={self.processes}", f"--scratch={self.scratch_mib << 20}",
-                   *[f"--read-only={p}" for p in self.environment_read_only()],
-                   *[f"--env={name}={os.environ[name]}" for name in PASSED_ENV if name in os.environ],
-                   *(["--unfenced"] if self.unfenced else [])]
-        return [sys.executable, str(SANDBOX), *options, "--", *super().format_kernel_cmd(extra_arguments)]
+        return [*self.sandbox_command(os.path.dirname(self.connection_file)), "--",
+                *super().format_kernel_cmd(extra_arguments)]
+
+    def sandbox_command(self, runtime: str) -> list[str]:
+        """sandbox.py with this manager's settings, for a kernel (or a warm parent) whose runtime folder is `runtime`."""
+        return [sys.executable, str(SANDBOX), f"--bwrap={self.bwrap}", f"--runtime={runtime}",
+                f"--memory={int(self.memory_gib * 2**30)}", f"--processes={self.processes}",
+                f"--scratch={self.scratch_mib << 20}", *[f"--read-only={p}" for p in self.environment_read_only()],
+                *[f"--env={name}={os.environ[name]}" for name in PASSED_ENV if name in os.environ],
+                *(["--unfenced"] if self.unfenced else [])]
 
     async def _async_pre_start_kernel(self, **kw):
         """A kernel forked from the slot's warm parent where there is one and it answers; else started afresh, saying
         why in the grading's log."""
         self.kernel_id = self.kernel_id or kw.pop("kernel_id", str(uuid.uuid4()))
         if self.provisioner is None and self.warm:
-            if self.unfenced or not os.path.exists(self.warm):
-                self.cold_reason = "unfenced" if self.unfenced else "the slot's warm parent is gone"
-                self.log.warning("autograder: this kernel starts afresh: %s", self.cold_reason)
-            else:
+            if os.path.exists(self.warm):
                 self.provisioner = WarmProvisioner(kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self)
+            else:
+                self.log.warning("autograder: this kernel starts afresh: the slot's warm parent is gone")
         return await super()._async_pre_start_kernel(**kw)
 
     def processes_inside(self) -> int:
@@ -215,11 +222,10 @@ class WarmProvisioner(LocalProvisioner):
     async def launch_kernel(self, cmd: list[str], **kwargs) -> dict:
         km = self.parent
         runtime = os.path.dirname(km.connection_file)
-        if os.geteuid() == 0:  # the kernel, `nobody` outside, writes its sockets here and reads its connection file
-            nobody = pwd.getpwnam("nobody")
-            for path in [runtime] + [os.path.join(runtime, f) for f in os.listdir(runtime)]:
-                os.chown(path, nobody.pw_uid, nobody.pw_gid)
-        files, fds = beside(kwargs.get("cwd"))
+        if os.geteuid() == 0:
+            sandbox.hand_over(runtime)
+        _, beside = sandbox.files_beside(kwargs.get("cwd"))
+        files, fds = [name for name, _ in beside], [fd for _, fd in beside]
         arguments = cmd[cmd.index("ipykernel_launcher") + 1:] if "ipykernel_launcher" in cmd else ["-f", km.connection_file]
         order = {"connection_file": km.connection_file, "argv": arguments, "runtime": os.path.realpath(runtime),
                  "runtime_root": os.path.realpath(os.path.dirname(km.warm)), "home": sandbox.HOME,
@@ -228,6 +234,8 @@ class WarmProvisioner(LocalProvisioner):
                  "env": sandbox.environment([f"{n}={os.environ[n]}" for n in PASSED_ENV if n in os.environ],
                                             sandbox.HOME, "/tmp")}
         try:
+            if len(fds) > 250:  # what one message may carry
+                raise ValueError("more than 250 files beside the notebook")
             self.process = WarmKernel(km.warm, order, [1, 2, *fds])
         finally:
             for fd in fds:
@@ -238,28 +246,6 @@ class WarmProvisioner(LocalProvisioner):
         return self.connection_info
 
 
-def beside(folder: str | None) -> tuple[list[str], list[int]]:
-    """The files nbgrader put beside the notebook: their paths relative to it, and descriptors to read them."""
-    names, fds, total = [], [], 0
-    for root, _, files in os.walk(folder) if folder else ():
-        for name in files:
-            path = os.path.join(root, name)
-            if os.path.islink(path) or not os.path.isfile(path):
-                continue
-            total += os.path.getsize(path)
-            if total > sandbox.MAX_STARTING_FILES or len(fds) >= 250:
-                raise RuntimeError(f"the files beside the notebook exceed {sandbox.MAX_STARTING_FILES >> 20} MiB or 250 files")
-            names.append(os.path.relpath(path, folder))
-            fds.append(os.open(path, os.O_RDONLY))
-    return names, fds
-
-
-# What every kernel of the course imports: a warm parent imports it once (ipykernel and torch always, warm.py).
-WARM_MODULES = ("numpy", "torch.distributed", "matplotlib", "matplotlib.font_manager", "torchcourse.check",
-                "torchcourse.data", "torchcourse.device", "torchcourse.launch", "torchcourse.seed",
-                "torchcourse.testing", "torchcourse.timing", "torchcourse.values")
-
-
 class WarmUnavailable(RuntimeError):
     """No warm parent here; the message says why (kernels then start afresh)."""
 
@@ -267,7 +253,7 @@ class WarmUnavailable(RuntimeError):
 class WarmParent:
     """One grading slot's warm parent (warm.py, in the sandbox sandbox.py --warm makes), in `folder` with its socket."""
 
-    def __init__(self, folder: Path, config, modules=WARM_MODULES):
+    def __init__(self, folder: Path, config):
         km = SandboxedKernelManager(config=config)
         if not km.fork_warm:
             raise WarmUnavailable("SandboxedKernelManager.fork_warm is False")
@@ -281,10 +267,7 @@ class WarmParent:
         (self.folder / "kernels").mkdir(parents=True)
         self.socket = str(self.folder / "socket")
         self.log = self.folder / "parent.log"
-        command = [sys.executable, str(SANDBOX), f"--bwrap={km.bwrap}", f"--runtime={self.folder}",
-                   *[f"--read-only={p}" for p in km.environment_read_only()],
-                   *[f"--env={name}={os.environ[name]}" for name in PASSED_ENV if name in os.environ],
-                   f"--scratch={km.scratch_mib << 20}", "--warm", self.socket, "--", *modules]
+        command = [*km.sandbox_command(str(self.folder)), "--warm", self.socket, "--", *km.warm_modules]
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log)
 

@@ -82,23 +82,44 @@ def reachable(args: list[str]) -> list[str]:
     return [a for folder in sorted(above) for a in ("--chmod", "0755", folder)]
 
 
-def starting_files(folder: str | None) -> list[str]:
-    """The files nbgrader put beside the notebook (an assignment's data files), copied into the working folder."""
-    args, total = [], 0
-    for root, dirs, files in os.walk(folder) if folder else ():
-        inside = os.path.normpath(os.path.join(WORK, os.path.relpath(root, folder)))
-        args += [a for d in dirs for a in ("--perms", "0777", "--dir", os.path.join(inside, d))]
-        for name in files:
+def files_beside(folder: str | None) -> tuple[list[str], list[tuple[str, int]]]:
+    """The folders and files nbgrader put beside the notebook (an assignment's data files), relative to it: the
+    folders, and each file with a descriptor to read it. ValueError past MAX_STARTING_FILES bytes."""
+    folders, files, total = [], [], 0
+    for root, dirs, names in os.walk(folder) if folder else ():
+        folders += [os.path.relpath(os.path.join(root, d), folder) for d in dirs]
+        for name in names:
             path = os.path.join(root, name)
             if os.path.islink(path) or not os.path.isfile(path):
                 continue
             total += os.path.getsize(path)
             if total > MAX_STARTING_FILES:
-                raise SystemExit(f"autograder: the files beside the notebook exceed {MAX_STARTING_FILES >> 20} MiB")
-            fd = os.open(path, os.O_RDONLY)
-            os.set_inheritable(fd, True)
-            args += ["--perms", "0666", "--file", str(fd), os.path.join(inside, name)]
+                for _, fd in files:
+                    os.close(fd)
+                raise ValueError(f"the files beside the notebook exceed {MAX_STARTING_FILES >> 20} MiB")
+            files.append((os.path.relpath(path, folder), os.open(path, os.O_RDONLY)))
+    return folders, files
+
+
+def starting_files(folder: str | None) -> list[str]:
+    """The files beside the notebook, copied into the working folder by bwrap."""
+    try:
+        folders, files = files_beside(folder)
+    except ValueError as error:
+        raise SystemExit(f"autograder: {error}") from None
+    args = [a for d in folders for a in ("--perms", "0777", "--dir", os.path.join(WORK, d))]
+    for name, fd in files:
+        os.set_inheritable(fd, True)
+        args += ["--perms", "0666", "--file", str(fd), os.path.join(WORK, name)]
     return args
+
+
+def hand_over(runtime: str) -> None:
+    """For a root grader: the runtime folder and its files to `nobody`, who the kernel is outside (it writes its
+    sockets there and reads its connection file)."""
+    nobody = pwd.getpwnam("nobody")
+    for path in [runtime] + [os.path.join(runtime, f) for f in os.listdir(runtime)]:
+        os.chown(path, nobody.pw_uid, nobody.pw_gid)
 
 
 def limits(memory: int, processes: int, file_size: int) -> list[str]:
@@ -171,9 +192,7 @@ def identity(runtime: str, warm: bool = False) -> tuple[list[str], list[str]]:
                 "--cap-add", "ALL"], []
     if os.geteuid() != 0:
         return ["--unshare-user", "--disable-userns", "--uid", str(UID), "--gid", str(UID)], []
-    nobody = pwd.getpwnam("nobody")
-    for path in [runtime] + [os.path.join(runtime, f) for f in os.listdir(runtime)]:
-        os.chown(path, nobody.pw_uid, nobody.pw_gid)  # the kernel writes its sockets here, reads its connection file
+    hand_over(runtime)
     become = ["setpriv", f"--reuid={UID}", f"--regid={UID}", "--clear-groups", "--inh-caps=-all",
               "--bounding-set=-all", "--"]
     return ["--userns", str(root_user_namespace())], become

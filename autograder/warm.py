@@ -13,8 +13,9 @@ it was, because the parent never runs what a child runs.
 
 The protocol, one JSON line each way: the grader sends its order with descriptors (SCM_RIGHTS: the kernel's stdout
 and stderr, then the files beside the notebook); the parent answers {"started": pid}, then {"exit": code} when the
-kernel ended (128 + N for a signal, as bwrap reports it). The grader may send {"count": true} (answer {"count": n}:
-the processes running beside the kernel) and {"kill": true}; closing the connection kills the kernel too.
+kernel ended (128 + N for a signal, as bwrap reports it) and every process of its namespace is gone. The grader may
+send {"count": true} (answer {"count": n}: the processes running beside the kernel) and {"kill": true}; closing the
+connection kills the kernel too.
 
 Run as a script (not -m), like sandbox.py: nothing of the grader is imported. Linux only.
 """
@@ -29,6 +30,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 
 libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWIPC = 0x20000, 0x20000000, 0x40000000, 0x08000000
@@ -154,10 +156,15 @@ def run_kernel(order: dict, stdout: int, stderr: int) -> None:
     random.seed()  # a fresh interpreter's generators differ in each kernel; inherited ones would not
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
-    sys.path[:] = [p for p in sys.path[1:]]  # not this script's folder
+    del sys.path[0]  # this script's folder
     sys.argv = ["ipykernel_launcher", *order["argv"]]  # -f CONNECTION_FILE and nbclient's own (an in-memory history)
     from ipykernel import kernelapp
     kernelapp.launch_new_instance()
+
+
+def code_of(status: int) -> int:
+    """An exit status as bwrap reports it: the exit code, or 128 + N for signal N."""
+    return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
 def init(kernel: int) -> int:
@@ -166,7 +173,7 @@ def init(kernel: int) -> int:
     while True:
         pid, status = os.wait()
         if pid == kernel:
-            return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            return code_of(status)
 
 
 def child(order: dict, fds: list[int]) -> int:
@@ -176,8 +183,7 @@ def child(order: dict, fds: list[int]) -> int:
     private_folders(order, fds[2:])
     first = os.fork()  # PID 1 of the new namespace
     if first:
-        _, status = os.waitpid(first, 0)
-        return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+        return code_of(os.waitpid(first, 0)[1])
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # killing this child kills the namespace
     fresh_proc()
     kernel = os.fork()
@@ -208,6 +214,7 @@ class Parent:
         self.selector.register(wake_read, selectors.EVENT_READ)
         self.children: dict[int, socket.socket] = {}  # pid -> its grader's connection
         self.buffers: dict[socket.socket, bytes] = {}
+        self.killed: set[int] = set()
 
     def serve(self) -> None:
         print("ready", flush=True)
@@ -223,6 +230,7 @@ class Parent:
 
     def accept(self) -> None:
         connection, _ = self.server.accept()
+        self.wait_for_killed()
         data, fds, _, _ = socket.recv_fds(connection, 1 << 20, 256)
         try:
             order = json.loads(data.decode())
@@ -271,10 +279,23 @@ class Parent:
                 self.send(connection, {"count": max(0, len(descendants(pid)) - 2)})  # besides PID 1 and the kernel
 
     def kill(self, pid: int) -> None:
-        try:
-            os.kill(pid, signal.SIGKILL)  # its PID 1 dies with it, and with that every process of the namespace
-        except ProcessLookupError:
-            pass
+        """End a child's namespace by killing its PID 1: the kernel then kills and waits for every process in it, so
+        the child, waiting for its PID 1, ends (and is reported) only when the namespace is empty. Killing the child
+        itself would end its PID 1 too (PDEATHSIG) but report the exit while the processes are still going."""
+        self.killed.add(pid)
+        for target in children(pid) or [pid]:  # before its PID 1 is forked: the child, which has nothing to wait for
+            try:
+                os.kill(target, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def wait_for_killed(self, limit: float = 30.0) -> None:
+        """Before a fork: wait until the namespaces told to end are gone. Their processes (a fork bomb's thousands)
+        count against the process limit of the sandbox's user, which the next kernel, as that user, shares."""
+        deadline = time.monotonic() + limit
+        while self.killed & self.children.keys() and time.monotonic() < deadline:
+            self.reap()
+            time.sleep(0.01)
 
     def reap(self) -> None:
         while True:
@@ -284,10 +305,10 @@ class Parent:
                 return
             if pid == 0:
                 return
+            self.killed.discard(pid)
             connection = self.children.pop(pid, None)
-            code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
             if connection is not None and connection in self.buffers:
-                self.send(connection, {"exit": code})
+                self.send(connection, {"exit": code_of(status)})
 
     def send(self, connection: socket.socket, message: dict) -> None:
         try:
@@ -300,6 +321,15 @@ class Parent:
             del self.buffers[connection]
             self.selector.unregister(connection)
             connection.close()
+
+
+def children(pid: int) -> list[int]:
+    """The processes `pid` forked (a child's: its namespace's PID 1, once forked)."""
+    import psutil
+    try:
+        return [p.pid for p in psutil.Process(pid).children()]
+    except psutil.Error:
+        return []
 
 
 def descendants(pid: int) -> list[int]:

@@ -145,6 +145,30 @@ for _pid in [int(p) for p in os.listdir("/proc") if p.isdigit()]:
         except OSError:
             pass"""
 
+WARM_PARENT_PROBE = """import os, socket, stat, ipykernel
+_own = os.path.dirname(ipykernel.get_connection_file())
+_seen, _reached = 0, []
+for _root, _dirs, _files in os.walk("/"):
+    _dirs[:] = [d for d in _dirs if os.path.join(_root, d) not in ("/proc", "/sys", "/usr") and d not in (".venv", "site-packages")]
+    for _name in _files:
+        _path = os.path.join(_root, _name)
+        try:
+            if not stat.S_ISSOCK(os.lstat(_path).st_mode):
+                continue
+        except OSError:
+            continue
+        _seen += 1
+        if _path.startswith(_own + "/"):
+            continue  # this kernel's own sockets
+        try:
+            with socket.socket(socket.AF_UNIX) as _s:  # a warm parent would fork, or kill, at our word
+                _s.connect(_path)
+                _s.sendall(b'{"kill": true}\\n')
+            _reached.append(_path)
+        except OSError:
+            pass
+print(f"sockets seen: {_seen}; reached outside this kernel: {len(_reached)} {_reached}")"""
+
 FORK_BOMB = """import os, time
 _children = 0
 try:

@@ -79,6 +79,7 @@ def hostile_class(port: int) -> dict[str, tuple]:
         "home_polluter": (unedited_with(hostile.HOME_POLLUTER), "graded", BOTH, ""),
         "vandal": (right_with(hostile.VANDAL), "graded", set(), ""),
         "fork_bomb": (right_with(hostile.FORK_BOMB), "graded", set(), "running after grading"),
+        "warm_parent_prober": (right_with(hostile.WARM_PARENT_PROBE), "graded", set(), ""),
         "disk_filler": (right_with(hostile.DISK_FILLER), "graded", set(), ""),
         "network": (right_with(hostile.network_probe(port)), "graded", set(), ""),
         "env_reader": (right_with(hostile.ENV_READER), "graded", set(), ""),
@@ -196,6 +197,18 @@ def test_the_fork_bomb_hit_the_process_limit(graded):
     nb = nbformat.read(course / "autograder" / "autograded" / "fork_bomb" / ASSIGNMENT / NOTEBOOK, as_version=4)
     said = [o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if "forked" in o.get("text", "")]
     assert said and int(said[0].split()[1]) < 256, f"the fork bomb was not limited: {said}"
+
+
+def test_no_socket_outside_its_own_kernel_is_reachable(graded):
+    """The warm parent's socket and other hand-ins' kernels are hidden from a forked kernel: it finds its own
+    sockets only."""
+    course, _, _, _, _, _, _ = graded
+    nb = nbformat.read(course / "autograder" / "autograded" / "warm_parent_prober" / ASSIGNMENT / NOTEBOOK, as_version=4)
+    said = [o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if "sockets seen" in o.get("text", "")]
+    assert said, "the prober did not run"
+    seen, reached = said[0].split(";")
+    assert int(seen.split(":")[1]) > 0, f"the prober found no socket at all, not even its kernel's: {said[0]}"
+    assert reached.split(":")[1].split()[0] == "0", said[0]
 
 
 def test_a_hidden_tests_names_reach_the_instructor_only(graded):

@@ -455,3 +455,48 @@ def test_a_damaged_zip_member_costs_its_own_row(tmp_path):
     assert found["ana"].path.read_text() == "{}" * 1000
     assert found["ben"].path is None and found["ben"].status == "invalid"
     assert "could not be unpacked" in found["ben"].message and "CRC" in found["ben"].message
+
+
+FORKER = """import os, time
+forked = 0
+try:
+    while forked < 1000:
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+        forked += 1
+except OSError:
+    pass
+print(forked)"""
+
+
+def test_a_warm_kernel_is_reported_ended_only_when_every_process_it_started_is_gone():
+    """A kernel forked from a warm parent, which forked up to its process limit, is reported ended (shutdown returns)
+    only when every process of its namespace is gone: they count against the limit of the next kernel forked there,
+    which then forks as many."""
+    from jupyter_client.utils import run_sync
+    from autograder import processes, supervisor
+    config = Config({"SandboxedKernelManager": {"warm_modules": [], "processes": 128}})
+    pool = supervisor.Pool(1, config).ready()
+    try:
+        assert pool.socket_of(0), "no warm parent on this machine"
+        config.SandboxedKernelManager.warm = pool.socket_of(0)
+        parent = pool.slots[0].process.pid
+        before, forked = set(processes.descendants(parent)), []
+        for _ in range(2):
+            manager = SandboxedKernelManager(kernel_name="python3", config=config)
+            run_sync(manager.start_kernel)()
+            client = manager.blocking_client()
+            client.start_channels()
+            try:
+                client.wait_for_ready(timeout=60)
+                said = []
+                client.execute_interactive(FORKER, timeout=60, output_hook=lambda m: said.append(m["content"].get("text", "")))
+                forked.append(int("".join(said)))
+            finally:
+                client.stop_channels()
+                run_sync(manager.shutdown_kernel)(now=True)
+            assert set(processes.descendants(parent)) == before, "processes of the ended kernel were still there"
+        assert 100 < forked[0] < 128 and forked[1] >= forked[0] - 2, forked
+    finally:
+        pool.close()
