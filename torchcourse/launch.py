@@ -235,6 +235,11 @@ def _child(worker, rank, world_size, args, backend, port, num_threads, writer):
             torch.set_num_threads(num_threads)
         if backend == "nccl":
             torch.cuda.set_device(rank)
+        elif torch.cuda._is_in_bad_fork():
+            # Forked from a process that used CUDA: CUDA cannot start here, yet torch.cuda.is_available() would still
+            # say True (the device count is remembered from the parent), and code that asks it before touching CUDA
+            # (torch.distributed.checkpoint's file writer does) would fail. This rank runs on the CPU: say so.
+            torch.cuda.is_available = lambda: False
         dist.init_process_group(backend, rank=rank, world_size=world_size)
         try:
             message = ("ok", to_cpu(worker(rank, world_size, *args)))

@@ -17,9 +17,14 @@ def seed_everything(seed: int = 0) -> torch.Generator:
 
 def seed_worker(worker_id: int) -> None:
     """DataLoader `worker_init_fn`: reseed `random`, NumPy and a dataset's own `rng` from this worker's torch seed."""
-    # The DataLoader already seeds `random`, torch and NumPy in each worker (base_seed + worker_id, base_seed drawn
-    # from the loader's generator: torch/utils/data/_utils/worker.py). It cannot reach a generator the dataset holds
-    # (a numpy Generator as `self.rng`): each worker gets a copy in the same state and draws the same numbers.
+    # PyTorch's reproducibility notes (docs: notes/randomness) reseed `random` and NumPy so; reseeding the dataset's
+    # own `rng` is the course's addition. The DataLoader has already seeded each worker (torch/utils/data/_utils/
+    # worker.py, _worker_loop): `random` and torch with base_seed + worker_id, where base_seed is one number drawn from
+    # the loader's generator when it starts its workers, and NumPy's global generator with _generate_state(base_seed,
+    # worker_id), four 32-bit words mixed from both. The two reseeds below replace those seeds with base_seed +
+    # worker_id cut to 32 bits: other numbers, still one seed per worker and still repeatable. What the DataLoader
+    # cannot reach is a generator the dataset holds (a numpy Generator as `self.rng`): each worker gets a copy in the
+    # same state and draws the same numbers, unless it is reseeded here.
     worker_seed = torch.initial_seed() % 2**32
     np.random.seed(worker_seed)
     random.seed(worker_seed)
@@ -29,7 +34,8 @@ def seed_worker(worker_id: int) -> None:
 
 
 class WorkerDraws(Dataset):
-    """Item i: the worker that fetched it and one number from each generator (`random`, NumPy, torch, its own rng)."""
+    """Item i: the worker that fetched it, that worker's torch seed (`torch.initial_seed()`, -1 in the main process)
+    and one number from each generator (`random`, NumPy, torch, its own rng)."""
 
     def __init__(self, n: int, seed: int = 0):
         self.n = n
@@ -40,5 +46,6 @@ class WorkerDraws(Dataset):
 
     def __getitem__(self, i):
         info = get_worker_info()
-        return {"worker": -1 if info is None else info.id, "random": random.random(), "numpy": float(np.random.random()),
+        return {"worker": -1 if info is None else info.id, "seed": -1 if info is None else torch.initial_seed(),
+                "random": random.random(), "numpy": float(np.random.random()),
                 "torch": torch.rand(()).item(), "own rng": float(self.rng.random())}

@@ -41,31 +41,40 @@ def lr_find(model, loader, loss_fn, optimizer, start_lr=1e-7, end_lr=10.0, num_i
     optimizer_state = copy.deepcopy(optimizer.state_dict())
     was_training = model.training
     lrs, losses = [], []
-    model.train()
-    batches = iter(loader)
-    for i in range(num_iter):
-        lr = start_lr * (end_lr / start_lr) ** (i / (num_iter - 1))
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        try:
-            xb, yb = next(batches)
-        except StopIteration:
-            batches = iter(loader)
-            xb, yb = next(batches)
-        optimizer.zero_grad()
-        loss = loss_fn(model(xb.to(device)), yb.to(device))
-        loss.backward()
-        optimizer.step()
-        value = loss.item() if i == 0 or smooth == 0 else smooth * loss.item() + (1 - smooth) * losses[-1]
-        lrs.append(lr)
-        losses.append(value)
-        if not math.isfinite(value) or value > diverge * min(losses):
-            break
-    model.load_state_dict(model_state)
-    optimizer.load_state_dict(optimizer_state)
-    model.train(was_training)
+    try:
+        model.train()
+        batches = iter(loader)
+        for i in range(num_iter):
+            lr = start_lr * (end_lr / start_lr) ** (i / (num_iter - 1))
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            try:
+                xb, yb = next(batches)
+            except StopIteration:
+                batches = iter(loader)
+                xb, yb = next(batches)
+            optimizer.zero_grad()
+            loss = loss_fn(model(xb.to(device)), yb.to(device))
+            loss.backward()
+            optimizer.step()
+            value = loss.item() if i == 0 or smooth == 0 else smooth * loss.item() + (1 - smooth) * losses[-1]
+            lrs.append(lr)
+            losses.append(value)
+            if not math.isfinite(value) or value > diverge * min(losses):
+                break
+    finally:
+        model.load_state_dict(model_state)
+        optimizer.load_state_dict(optimizer_state)
+        model.train(was_training)
     return lrs, losses
 '''
+
+
+def _changed(code: str, old: str, new: str) -> str:
+    """code with old replaced by new, where old must occur exactly once (so that a wrong answer is what it says)."""
+    assert code.count(old) == 1, f"{old!r} occurs {code.count(old)} times"
+    return code.replace(old, new)
+
 
 _PAD = '''
 def pad_collate(batch):
@@ -198,6 +207,16 @@ class DigitsDataset(Dataset):
             "return total / count, correct / count", "return total / len(loader), correct / count"),
         "evaluate returns the number of correct answers": _TRAIN + _EVALUATE.replace(
             "return total / count, correct / count", "return total / count, correct"),
+        "evaluate ends with model.train(), whatever mode the model came in": _TRAIN + _changed(
+            _EVALUATE, "model.train(was_training)", "model.train()"),
+        "train_one_epoch returns a 0-dim tensor, not a float": _changed(
+            _TRAIN, "total += loss.item() * len(yb)", "total += loss.detach() * len(yb)") + _EVALUATE,
+        "batches never moved to device": _changed(_TRAIN, "        xb, yb = xb.to(device), yb.to(device)\n", "") + _changed(
+            _EVALUATE, "            xb, yb = xb.to(device), yb.to(device)\n", ""),
+        "the model moved to device instead of the batches": _changed(_changed(
+            _TRAIN, "        xb, yb = xb.to(device), yb.to(device)\n", ""), "    model.train()\n", "    model.train()\n    model.to(device)\n"
+        ) + _changed(_changed(_EVALUATE, "            xb, yb = xb.to(device), yb.to(device)\n", ""),
+                     "    model.eval()\n", "    model.eval()\n    model.to(device)\n"),
     },
     "ex4_accumulate_gradients": {
         "accumulation without dividing the loss": '''
@@ -225,35 +244,54 @@ def accumulate_gradients(model, loss_fn, x, y, micro_batch):
 ''',
     },
     "ex5_lr_find": {
-        "the schedule off by one step": _LR_FIND.replace("** (i / (num_iter - 1))", "** ((i + 1) / num_iter)"),
-        "the optimizer not restored": _LR_FIND.replace("    optimizer.load_state_dict(optimizer_state)\n", ""),
-        "the smoothing weights swapped": _LR_FIND.replace(
-            "smooth * loss.item() + (1 - smooth) * losses[-1]", "(1 - smooth) * loss.item() + smooth * losses[-1]"),
+        "the schedule off by one step": _changed(_LR_FIND, "** (i / (num_iter - 1))", "** ((i + 1) / num_iter)"),
+        "the optimizer not restored": _changed(_LR_FIND, "        optimizer.load_state_dict(optimizer_state)\n", ""),
+        "the smoothing weights swapped": _changed(
+            _LR_FIND, "smooth * loss.item() + (1 - smooth) * losses[-1]", "(1 - smooth) * loss.item() + smooth * losses[-1]"),
         "smooth=0 freezes the curve instead of switching smoothing off":
-            _LR_FIND.replace("if i == 0 or smooth == 0 else", "if i == 0 else"),
-        "no stop when the loss diverges": _LR_FIND.replace(
-            "        if not math.isfinite(value) or value > diverge * min(losses):\n            break\n", ""),
-        "no stop on nan (only the divergence test)": _LR_FIND.replace("if not math.isfinite(value) or value >", "if value >"),
-        "forward in whatever mode the model was in": _LR_FIND.replace("    model.train()\n    batches", "    batches"),
-        "the loader not restarted: stops when it runs out": _LR_FIND.replace(
-            "            batches = iter(loader)\n            xb, yb = next(batches)\n", "            break\n"),
-        "no check of num_iter and smooth": _LR_FIND.replace(
-            "    if num_iter < 2 or not 0 <= smooth < 1:\n        raise ValueError(\"bad arguments\")\n", ""),
-        "returns NumPy arrays": _LR_FIND.replace("    return lrs, losses", "    return np.array(lrs), np.array(losses)"),
-        "losses recorded as 0-d tensors": _LR_FIND.replace(
-            "value = loss.item() if i == 0 or smooth == 0 else smooth * loss.item() + (1 - smooth) * losses[-1]",
+            _changed(_LR_FIND, "if i == 0 or smooth == 0 else", "if i == 0 else"),
+        "no stop when the loss diverges": _changed(
+            _LR_FIND, "            if not math.isfinite(value) or value > diverge * min(losses):\n                break\n", ""),
+        "no stop on nan (only the divergence test)": _changed(_LR_FIND, "if not math.isfinite(value) or value >", "if value >"),
+        "the point that stops the run not recorded": _changed(
+            _LR_FIND,
+            "            lrs.append(lr)\n            losses.append(value)\n"
+            "            if not math.isfinite(value) or value > diverge * min(losses):\n                break\n",
+            "            if not math.isfinite(value) or value > diverge * min(losses + [value]):\n                break\n"
+            "            lrs.append(lr)\n            losses.append(value)\n"),
+        "forward in whatever mode the model was in": _changed(_LR_FIND, "        model.train()\n        batches", "        batches"),
+        "gradients never zeroed": _changed(_LR_FIND, "            optimizer.zero_grad()\n", ""),
+        "gradients zeroed after the step, so old ones reach the first step": _changed(_changed(
+            _LR_FIND, "            optimizer.zero_grad()\n", ""), "            optimizer.step()\n",
+            "            optimizer.step()\n            optimizer.zero_grad()\n"),
+        "only the first parameter group's learning rate set": _changed(
+            _LR_FIND, '            for group in optimizer.param_groups:\n                group["lr"] = lr\n',
+            '            optimizer.param_groups[0]["lr"] = lr\n'),
+        "batches never moved to device": _changed(_LR_FIND, "model(xb.to(device)), yb.to(device)", "model(xb), yb"),
+        "only the inputs moved to device, not the targets": _changed(_LR_FIND, "model(xb.to(device)), yb.to(device)", "model(xb.to(device)), yb"),
+        "the loader not restarted: stops when it runs out": _changed(
+            _LR_FIND, "                batches = iter(loader)\n                xb, yb = next(batches)\n", "                break\n"),
+        "no check of num_iter and smooth": _changed(
+            _LR_FIND, "    if num_iter < 2 or not 0 <= smooth < 1:\n        raise ValueError(\"bad arguments\")\n", ""),
+        "returns NumPy arrays": _changed(_LR_FIND, "    return lrs, losses", "    return np.array(lrs), np.array(losses)"),
+        "losses recorded as 0-d tensors": _changed(
+            _LR_FIND, "value = loss.item() if i == 0 or smooth == 0 else smooth * loss.item() + (1 - smooth) * losses[-1]",
             "value = loss.detach() if i == 0 or smooth == 0 else smooth * loss.detach() + (1 - smooth) * losses[-1]"),
-        "state dicts kept without a deep copy": _LR_FIND.replace(
-            "copy.deepcopy(model.state_dict())", "model.state_dict()").replace("copy.deepcopy(optimizer.state_dict())", "optimizer.state_dict()"),
-        "parameters restored, buffers not": _LR_FIND.replace(
-            "model_state = copy.deepcopy(model.state_dict())", "model_state = [p.detach().clone() for p in model.parameters()]").replace(
-            "    model.load_state_dict(model_state)\n",
-            "    with torch.no_grad():\n        for p, saved in zip(model.parameters(), model_state):\n            p.copy_(saved)\n"),
-        "only the learning rate restored, not Adam's state": _LR_FIND.replace(
-            "optimizer_state = copy.deepcopy(optimizer.state_dict())", "old_lrs = [g['lr'] for g in optimizer.param_groups]").replace(
-            "    optimizer.load_state_dict(optimizer_state)\n",
-            "    for g, lr in zip(optimizer.param_groups, old_lrs):\n        g['lr'] = lr\n"),
-        "the model left in train mode": _LR_FIND.replace("    model.train(was_training)\n", ""),
+        "state dicts kept without a deep copy": _changed(_changed(
+            _LR_FIND, "copy.deepcopy(model.state_dict())", "model.state_dict()"),
+            "copy.deepcopy(optimizer.state_dict())", "optimizer.state_dict()"),
+        "parameters restored, buffers not": _changed(_changed(
+            _LR_FIND, "model_state = copy.deepcopy(model.state_dict())", "model_state = [p.detach().clone() for p in model.parameters()]"),
+            "        model.load_state_dict(model_state)\n",
+            "        with torch.no_grad():\n            for p, saved in zip(model.parameters(), model_state):\n                p.copy_(saved)\n"),
+        "only the learning rate restored, not Adam's state": _changed(_changed(
+            _LR_FIND, "optimizer_state = copy.deepcopy(optimizer.state_dict())", "old_lrs = [g['lr'] for g in optimizer.param_groups]"),
+            "        optimizer.load_state_dict(optimizer_state)\n",
+            "        for g, lr in zip(optimizer.param_groups, old_lrs):\n            g['lr'] = lr\n"),
+        "the model left in train mode": _changed(_LR_FIND, "        model.train(was_training)\n", ""),
+        "restored only on a normal return (no finally), not when a step raises": _changed(_changed(
+            _LR_FIND, "    try:\n        model.train()\n", "    if True:\n        model.train()\n"),
+            "    finally:\n", "    if True:\n"),
     },
     "ex6_suggest_lr": {
         "skip_end=0 slices everything away": '''
@@ -310,7 +348,7 @@ def accumulate_gradients(model, loss_fn, x, y, micro_batch):
 ''',
     },
     "ex5_lr_find": {
-        "warns when it stops early": _LR_FIND.replace(
-            "            break\n", "            warnings.warn(f'stopped early at step {i}')\n            break\n"),
+        "warns when it stops early": _changed(
+            _LR_FIND, "                break\n", "                warnings.warn(f'stopped early at step {i}')\n                break\n"),
     },
 }

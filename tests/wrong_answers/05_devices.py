@@ -19,6 +19,29 @@ def amp_train_step(model, x, y, loss_fn, optimizer, scaler, device_type, dtype, 
 _UNSCALE_THEN_CLIP = ("        scaler.unscale_(optimizer)\n"
                       "        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n")
 
+_ACCUMULATE = '''
+def accumulated_amp_step(model, micro_batches, loss_fn, optimizer, scaler, device_type, dtype, max_grad_norm=None):
+    model.train()
+    optimizer.zero_grad()
+    total = 0.0
+    for x, y in micro_batches:
+        with torch.autocast(device_type, dtype=dtype):
+            loss = loss_fn(model(x), y) / len(micro_batches)
+        scaler.scale(loss).backward()
+        total += loss.item()
+    if max_grad_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return total
+'''
+_ONCE_PER_STEP = ("    if max_grad_norm is not None:\n"
+                  "        scaler.unscale_(optimizer)\n"
+                  "        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n"
+                  "    scaler.step(optimizer)\n"
+                  "    scaler.update()\n")
+
 WRONG = {
     "ex1_pick_device": {
         "ignores prefer": '''
@@ -96,6 +119,26 @@ def pick_device(prefer=None):
         "ignores max_grad_norm: never clips": changed(_AMP, ("    if max_grad_norm is not None:\n" + _UNSCALE_THEN_CLIP, "")),
         "ignores dtype: always bfloat16": changed(_AMP, ("dtype=dtype", "dtype=torch.bfloat16")),
         "returns the loss tensor, not a float": changed(_AMP, ("return loss.item()", "return loss.detach()")),
+    },
+    "ex3_accumulated_amp_step": {
+        "zeroes the gradients for every micro-batch: only the last one counts": changed(_ACCUMULATE, (
+            "    optimizer.zero_grad()\n    total = 0.0\n    for x, y in micro_batches:\n",
+            "    total = 0.0\n    for x, y in micro_batches:\n        optimizer.zero_grad()\n")),
+        "does not divide the loss by the number of micro-batches: the gradient is K times too large": changed(
+            _ACCUMULATE, (" / len(micro_batches)", "")),
+        "steps and updates the scaler after every micro-batch": changed(_ACCUMULATE, (
+            "        total += loss.item()\n" + _ONCE_PER_STEP,
+            "        total += loss.item()\n" + "".join("    " + line + "\n" for line in _ONCE_PER_STEP.splitlines()))),
+        "unscales and clips inside the loop (a second unscale_ raises)": changed(_ACCUMULATE, (
+            "        total += loss.item()\n    if max_grad_norm is not None:\n"
+            "        scaler.unscale_(optimizer)\n        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n",
+            "        total += loss.item()\n        if max_grad_norm is not None:\n"
+            "            scaler.unscale_(optimizer)\n            torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n")),
+        "returns the last micro-batch's loss, not the mean": changed(_ACCUMULATE, ("return total", "return loss.item()")),
+        "backward of the unscaled loss": changed(_ACCUMULATE, ("scaler.scale(loss).backward()", "loss.backward()")),
+        "no autocast: everything in fp32": changed(_ACCUMULATE, (
+            "        with torch.autocast(device_type, dtype=dtype):\n            loss", "        loss")),
+        "never calls model.train()": changed(_ACCUMULATE, ("    model.train()\n", "")),
     },
 }
 

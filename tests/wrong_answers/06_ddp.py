@@ -1,5 +1,7 @@
 """Notebook 06: plausible wrong answers (each must lose its exercise's points)."""
 
+from course import changed
+
 _DDP_TRAIN = '''
 def ddp_train(rank, world_size, steps, per_rank_batch, seed):
     dev = rank_device(rank)
@@ -27,6 +29,25 @@ _SAMPLER = "DistributedSampler(train_data, num_replicas=world_size, rank=rank, s
 
 def _ddp(sampler=_SAMPLER, set_epoch="sampler.set_epoch(epoch)", result="model.module"):
     return _DDP_TRAIN.replace("SAMPLER", sampler).replace("SET_EPOCH", set_epoch).replace("RESULT", result)
+
+_FSDP_TRAIN = '''
+def fsdp_train(rank, world_size, steps, seed):
+    mesh = init_device_mesh("cpu", (world_size,))
+    model = build_model(seed)
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    for step in range(steps):
+        rows = slice(48 * step, 48 * (step + 1))
+        x, y = X_all[rows].chunk(world_size)[rank], y_all[rows].chunk(world_size)[rank]
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    return {"local_numel": sum(p.to_local().numel() for p in model.parameters()),
+            "params": {name: p.full_tensor() for name, p in model.named_parameters()}}
+'''
 
 WRONG = {
     "ex1_average_gradients": {
@@ -64,6 +85,13 @@ def average_gradients(model):
         "returns the DDP wrapper's state_dict (keys start with module.)": _ddp(result="model"),
         "counts epochs, not steps: runs whole epochs": _ddp().replace("            if done == steps:\n                break\n", ""),
         "samples_per_s of this rank alone": _ddp().replace("steps * per_rank_batch * world_size / seconds", "steps * per_rank_batch / seconds"),
+        "never moves the model to the device (fine on the CPU, wrong on a GPU)":
+            changed(_ddp(), ("DDP(build_model(seed).to(dev),", "DDP(build_model(seed),")),
+        "device_ids=[rank]: the global rank, not the GPU's index on its machine":
+            changed(_ddp(), ("device_ids=[dev.index]", "device_ids=[rank]")),
+        "never moves the batches (fine on the CPU, wrong on a GPU)":
+            changed(_ddp(), ("model(x.to(dev)), y.to(dev)", "model(x), y")),
+        "moves each batch but not its labels": changed(_ddp(), ("y.to(dev)", "y")),
     },
     "ex3_scaling_efficiency": {
         "reports the speed-up T(W) / T(1) as the efficiency": '''
@@ -91,6 +119,20 @@ def scaling_efficiency(throughput):
 def scaling_efficiency(throughput):
     return {w: t / (w * throughput[1]) for w, t in throughput.items()}
 ''',
+    },
+    "ex4_fsdp_train": {
+        "local_numel counts p.numel(): a DTensor's numel is the whole parameter's":
+            changed(_FSDP_TRAIN, ("p.to_local().numel()", "p.numel()")),
+        "builds the optimizer before fully_shard: it holds the replaced parameters, the model never moves": changed(
+            _FSDP_TRAIN,
+            ("    model = build_model(seed)\n", "    model = build_model(seed)\n    optimizer = torch.optim.SGD(model.parameters(), lr=LR)\n"),
+            ("    optimizer = torch.optim.SGD(model.parameters(), lr=LR)\n    for step", "    for step")),
+        "returns this rank's blocks (to_local), not the full parameters":
+            changed(_FSDP_TRAIN, ("p.full_tensor()", "p.to_local()")),
+        "shards only the whole model: one unit, its parameters gathered all at once": changed(_FSDP_TRAIN, (
+            "    for layer in model:\n        if isinstance(layer, nn.Linear):\n            fully_shard(layer, mesh=mesh)\n", "")),
+        "no mesh: fully_shard's default follows the machine's accelerator, CUDA on a GPU machine":
+            _FSDP_TRAIN.replace(", mesh=mesh", "").replace('    mesh = init_device_mesh("cpu", (world_size,))\n', ""),
     },
 }
 

@@ -4,6 +4,26 @@
 from course import changed
 
 
+_WRITE = '''
+    fd, tmp = tempfile.mkstemp(dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.remove(tmp)
+        raise
+'''[1:]
+_DIRSYNC = '''
+    folder_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(folder_fd)
+    finally:
+        os.close(folder_fd)
+'''[1:]
+
 _SAVE = '''
 def save_checkpoint(path, *, model, optimizer, epoch, scheduler=None, scaler=None, extra=None):
     state = {
@@ -13,15 +33,8 @@ def save_checkpoint(path, *, model, optimizer, epoch, scheduler=None, scaler=Non
         "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
     }
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)))
-    os.close(fd)
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        os.remove(tmp)
-        raise
-'''
+    folder = os.path.dirname(os.path.abspath(path))
+''' + _WRITE + _DIRSYNC
 
 _FIT = '''
 def fit(model, optimizer, loader, loss_fn, epochs, ckpt_path, resume=True):
@@ -46,29 +59,53 @@ def fit(model, optimizer, loader, loss_fn, epochs, ckpt_path, resume=True):
     return losses
 '''
 
+_DIST = '''
+def save_distributed(path, model, optimizer):
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=path)
+
+
+def load_single(path, model, optimizer):
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optimizer": optimizer_state}
+    dcp.load(state, checkpoint_id=path)
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+'''
+
 
 WRONG = {
     "ex1_save_checkpoint": {
         'not atomic: torch.save straight onto path': changed(
             _SAVE,
             ('    state = {\n', '    torch.save({\n'),
-            ('    }\n    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)))\n    os.close(fd)\n    try:\n        torch.save(state, tmp)\n        os.replace(tmp, path)\n    except BaseException:\n        os.remove(tmp)\n        raise\n', '    }, path)\n')),
+            ('    }\n    folder = os.path.dirname(os.path.abspath(path))\n' + _WRITE + _DIRSYNC, '    }, path)\n')),
         "the temporary file in the system's temp folder, not beside the target": changed(
             _SAVE,
-            ('    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)))\n', '    fd, tmp = tempfile.mkstemp(suffix=".pt")\n')),
+            ('    fd, tmp = tempfile.mkstemp(dir=folder)\n', '    fd, tmp = tempfile.mkstemp(suffix=".pt")\n')),
         'the model object pickled instead of its state_dict': changed(
             _SAVE,
             ('        "model": model.state_dict(), "optimizer": optimizer.state_dict(),\n', '        "model": model, "optimizer": optimizer.state_dict(),\n')),
         'a failed write leaves its temporary file behind': changed(
             _SAVE,
-            ('    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)))\n    os.close(fd)\n    try:\n        torch.save(state, tmp)\n        os.replace(tmp, path)\n    except BaseException:\n        os.remove(tmp)\n        raise\n', '    tmp = os.fspath(path) + ".tmp"\n    torch.save(state, tmp)\n    os.replace(tmp, path)\n')),
+            (_WRITE, '    tmp = os.fspath(path) + ".tmp"\n    with open(tmp, "wb") as f:\n        torch.save(state, f)\n'
+                     '        f.flush()\n        os.fsync(f.fileno())\n    os.replace(tmp, path)\n')),
         'a failed write is swallowed: the caller never hears of it': changed(
             _SAVE,
             ('    except BaseException:\n', '    except Exception as err:\n'),
-            ('        raise\n', '        print("checkpoint not written:", err)\n')),
+            ('        raise\n', '        print("checkpoint not written:", err)\n        return\n')),
         'no CUDA entry in the RNG states': changed(
             _SAVE,
             ('        "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),\n                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},\n', '        "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},\n')),
+        'atomic but not durable: no os.fsync at all (a power cut can lose what the rename points to)': changed(
+            _SAVE,
+            ('            f.flush()\n            os.fsync(f.fileno())\n', ''),
+            (_DIRSYNC, '')),
+        "the file is synced but not its folder: the rename itself may not reach the disk": changed(
+            _SAVE, (_DIRSYNC, '')),
+        'fsync before writing: the empty temporary file is synced, then written': changed(
+            _SAVE,
+            ('        with os.fdopen(fd, "wb") as f:\n            torch.save(state, f)\n            f.flush()\n            os.fsync(f.fileno())\n',
+             '        os.fsync(fd)\n        with os.fdopen(fd, "wb") as f:\n            torch.save(state, f)\n')),
     },
     "ex2_load_checkpoint": {
         "weights_only=False: runs whatever the file contains": '''
@@ -178,6 +215,10 @@ def load_checkpoint(path, *, model, optimizer=None, scheduler=None, scaler=None,
         'resume=False ignored: an existing checkpoint is always restored': changed(
             _FIT,
             ('    if resume and os.path.exists(ckpt_path):\n', '    if os.path.exists(ckpt_path):\n')),
+        'one checkpoint, after the last epoch only: a crash in between loses the whole run': changed(
+            _FIT,
+            ('        save_checkpoint(ckpt_path, model=model, optimizer=optimizer, epoch=epoch + 1)\n', ''),
+            ('    return losses\n', '    save_checkpoint(ckpt_path, model=model, optimizer=optimizer, epoch=epochs)\n    return losses\n')),
     },
     "ex4_checkpointed_mlp": {
         "groups of depth // segments: the remainder's blocks are skipped": '''
@@ -340,12 +381,49 @@ def saved_activation_bytes(model, x):
     return total
 ''',
     },
+    "ex6_distributed_checkpoint": {
+        "only rank 0 writes, with torch.save of its own state dicts: the other ranks' slices are lost": '''
+def save_distributed(path, model, optimizer):
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    if dist.get_rank() == 0:
+        os.makedirs(path, exist_ok=True)
+        torch.save({"model": model_state, "optimizer": optimizer_state}, os.path.join(path, "checkpoint.pt"))
+
+
+def load_single(path, model, optimizer):
+    state = torch.load(os.path.join(path, "checkpoint.pt"), weights_only=False)
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+''',
+        "the model alone: the optimizer's state is neither saved nor loaded": '''
+def save_distributed(path, model, optimizer):
+    dcp.save({"model": model.state_dict()}, checkpoint_id=path)
+
+
+def load_single(path, model, optimizer):
+    state = {"model": model.state_dict()}
+    dcp.load(state, checkpoint_id=path)
+    model.load_state_dict(state["model"])
+''',
+        "the optimizer's own state_dict(): a fresh optimizer has no state for dcp.load to fill": changed(
+            _DIST,
+            ('    model_state, optimizer_state = get_state_dict(model, optimizer)\n    state = {"model": model_state, "optimizer": optimizer_state}\n',
+             '    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}\n'),
+            ('    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])\n',
+             '    model.load_state_dict(state["model"])\n')),
+        "load_single loads the two state dicts one by one: the checkpoint holds them under model. and optimizer.": changed(
+            _DIST,
+            ('    state = {"model": model_state, "optimizer": optimizer_state}\n    dcp.load(state, checkpoint_id=path)\n'
+             '    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])\n',
+             '    dcp.load(model_state, checkpoint_id=path)\n    dcp.load(optimizer_state, checkpoint_id=path)\n'
+             '    set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optimizer_state)\n')),
+    },
 }
 
 NOISY_BUT_RIGHT = {
     "ex1_save_checkpoint": {
         "prints what it saves to stderr": "\nimport sys\n" + changed(
-            _SAVE, ('    os.close(fd)\n', '    os.close(fd)\n    print(f"saving epoch {epoch} to {path}", file=sys.stderr)\n')),
+            _SAVE, ('    fd, tmp = tempfile.mkstemp(dir=folder)\n',
+                    '    fd, tmp = tempfile.mkstemp(dir=folder)\n    print(f"saving epoch {epoch} to {path}", file=sys.stderr)\n')),
         "warns when it overwrites a checkpoint": '''
 def save_checkpoint(path, *, model, optimizer, epoch, scheduler=None, scaler=None, extra=None):
     if os.path.exists(path):
@@ -362,12 +440,20 @@ def save_checkpoint(path, *, model, optimizer, epoch, scheduler=None, scaler=Non
         tmp = f.name
         try:
             torch.save(state, f)
+            f.flush()
+            os.fsync(f)  # os.fsync takes a file object too
         except BaseException:
             f.close()
             os.remove(tmp)
             raise
-    os.replace(tmp, path)
+    os.rename(tmp, path)  # POSIX: rename replaces the target atomically, as os.replace does
+    fd = os.open(directory, os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
 ''',
+    },
+    "ex6_distributed_checkpoint": {
+        "leaves DCP's warning that it assumes a single process on stderr": _DIST,
     },
     "ex3_fit": {
         "prints its progress to stderr": "\nimport sys\n" + changed(
