@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # nbgrader runs `alembic` as a subprocess when it makes a gradebook: the venv must be on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help setup lab check test release grade bench bench-grade clean
+.PHONY: help setup lab check test release grade bench bench-grade gpu-check clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -47,6 +47,9 @@ bench: setup ## print the wall time of executing each solution notebook
 
 bench-grade: setup ## plain sequential nbgrader against make grade on one class of notebooks 02 and 03
 	$(BIN)/python tests/benchmark_grading.py
+
+gpu-check: setup ## on a CUDA machine: run every solution notebook and the tests' CUDA branches, write a report (OUT=file.md)
+	$(BIN)/python tests/gpu_check.py $(if $(OUT),--out $(OUT))
 
 clean: ## remove grading scratch and caches (keeps .venv)
 	rm -rf autograder/submitted autograder/autograded autograder/feedback autograder/grades autograder/gradebook.db .pytest_cache
