@@ -30,3 +30,4 @@ c.IgnorePattern.pattern = r"[\s\S]"
 c.GenerateFeedback.preprocessors = ["nbgrader.preprocessors.GetGrades", "autograder.feedback.HideHiddenTests",
                                     "autograder.feedback.ExerciseSummary",
                                     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
+c.GenerateFeedback.exporter_class = "autograder.feedback.FeedbackPage"  # nbconvert's page, without its slow rewrite

@@ -218,8 +218,8 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
                 from .distributed import run_on_dask
                 run_on_dask(options.scheduler, todo, deadline=deadline, progress=progress)
             elif todo:
-                with step("rendering a first feedback page (nbconvert)"):
-                    grade_one.warm_up(config)  # inherited by every grading forked from here
+                with step("rendering the released notebook's feedback page, to be inherited by every grading"):
+                    grade_one.warm_up(config, grade_one.release_of(todo[0]))  # inherited by every fork
                 pool.run(todo, deadline=deadline, progress=progress)
         finally:  # whatever happened, every row graded so far goes into the table
             results |= {job.student_id: r for job in todo

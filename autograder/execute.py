@@ -8,7 +8,7 @@ from nbclient.util import run_sync
 from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
 from nbgrader.utils import is_grade, is_solution
-from traitlets import Integer
+from traitlets import Integer, default
 
 from torchcourse.check import HIDDEN
 
@@ -45,6 +45,12 @@ class GuardedExecute(Execute):
     """
 
     check_timeout = Integer(30, help="seconds the kernel has to answer one integrity check").tag(config=True)
+
+    @default("extra_arguments")
+    def _plain_tracebacks(self):
+        # IPython's default tracebacks read and colour the source around every frame: 30-60 ms an error, paid by each
+        # integrity check (it answers with an error). Plain ones are Python's own, and show the line that failed.
+        return ["--InteractiveShell.xmode=Plain"]
 
     def __init__(self, **kw):
         kw.setdefault("kernel_manager_class", SandboxedKernelManager)

@@ -13,6 +13,9 @@ import builtins
 import html
 import re
 
+from nbconvert.exporters import HTMLExporter, TemplateExporter
+from nbconvert.filters.highlight import Highlight2HTML
+from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 from nbformat import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 
@@ -27,6 +30,7 @@ UNKNOWN_MESSAGE = "(message not shown: it is not one of this test's own)"
 # Characters markdown would read as markup, written as entities so that a message shows as it is (html.escape does
 # &, <, >): a table's column bar, emphasis, code, links, math, escapes.
 MARKDOWN_LITERAL = str.maketrans({c: f"&#{ord(c)};" for c in "|*_`[]$\\~#!"})
+NO_ALT = re.compile(r"<img(?![^>]*\balt=)", re.IGNORECASE)
 ERROR_NAMES = {name for name, value in vars(builtins).items() if isinstance(value, type)
                and issubclass(value, BaseException)} | {"CellTimeoutError", "DeadKernelError"}
 
@@ -126,3 +130,20 @@ class ExerciseSummary(NbGraderPreprocessor):
                                "| exercise | points | first failure |", "|---|---|---|", *rows])
             nb.cells.insert(0, NotebookNode(cell_type="markdown", id=cell_id, metadata={}, source=table))
         return nb, resources
+
+
+class FeedbackPage(HTMLExporter):
+    """nbconvert's HTML page, without the BeautifulSoup pass that parses and rewrites the whole page (half a second of
+    each hand-in's feedback). nbgrader's feedback template is the classic one, which has none of the lab template's
+    classes that pass makes focusable; its one change left, an alt text on images without one, is made on the text."""
+
+    def from_notebook_node(self, nb, resources=None, **kw):
+        language = nb.metadata.get("language_info", {})
+        lexer = language.get("pygments_lexer", language.get("name"))
+        self.register_filter("highlight_code", self.filters.get("highlight_code",
+                                                                Highlight2HTML(pygments_lexer=lexer, parent=self)))
+        resources = self._init_resources(resources)
+        self.register_filter("filter_data_type", WidgetsDataTypeFilter(notebook_metadata=self._nb_metadata,
+                                                                       parent=self, resources=resources))
+        page, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
+        return NO_ALT.sub('<img alt="No description has been provided for this image"', page), resources

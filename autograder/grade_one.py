@@ -205,17 +205,17 @@ def feedback(job: Job) -> None:
     replace_file(Path(job.out) / "feedback" / f"{job.student_id}.html", source=html)
 
 
-def warm_up(config: Config) -> None:
-    """Render a tiny feedback page once in the batch's own process, before it forks the gradings: the modules and
-    caches that rendering loads (nbconvert's filters, Pygments' lexer, the Markdown parser) are then inherited by
-    every grading instead of loaded by each (0.6 s of a grading's 1 s of feedback on the course's notebooks)."""
-    from nbconvert import HTMLExporter
-    tiny = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_markdown_cell("# A *title*, `code`"),
-        nbformat.v4.new_code_cell("x = 1\nprint(x)", outputs=[nbformat.v4.new_output("stream", text="1\n")])])
-    feedback_config = GenerateFeedback(config=config).config
+def warm_up(config: Config, release) -> None:
+    """What every grading of the batch would do alike, done once in the batch's own process before it forks them, and
+    inherited: the feedback page of the released notebook rendered (the modules and caches that loads: nbconvert's
+    filters, Pygments' lexer, the Markdown parser), and the lesson cells' names read (lessons.names' cache)."""
+    skippable(release, release)
+    page = copy.deepcopy(release)
+    for cell in page.cells:
+        cell.metadata.pop("nbgrader", None)  # a graded cell's part of the page needs its score
+    converter = GenerateFeedback(config=config)
     resources = {"nbgrader": {"notebook": "warm-up", "score": 0, "max_score": 0, "late_penalty": 0}}
-    HTMLExporter(config=feedback_config).from_notebook_node(tiny, resources=resources)
+    converter.exporter_class(config=converter.config).from_notebook_node(page, resources=resources)
 
 
 def grade(job: Job) -> Result:

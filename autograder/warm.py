@@ -351,7 +351,8 @@ def warm_caches() -> None:
         inspect.getmodule(error.__traceback__.tb_frame)
         try:
             from IPython.core.ultratb import AutoFormattedTB
-            AutoFormattedTB(mode="Context").structured_traceback(type(error), error, error.__traceback__)
+            for mode in ("Plain", "Context"):  # the grader's kernels' mode (execute.py), and IPython's default
+                AutoFormattedTB(mode=mode).structured_traceback(type(error), error, error.__traceback__)
         except Exception:  # a cache not filled costs time, never a grade
             pass
 

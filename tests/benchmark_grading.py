@@ -47,6 +47,7 @@ def stock_nbgrader(course: Path) -> Path:
                                       ("GenerateFeedback.preprocessors", GenerateFeedback, "preprocessors"))}
     with open(course / "nbgrader_config.py", "a") as f:
         f.write("".join(f"\nc.{name} = {steps!r}" for name, steps in named.items()) + "\n")
+        f.write('c.GenerateFeedback.exporter_class = "nbconvert.exporters.HTMLExporter"\n')
     return course
 
 

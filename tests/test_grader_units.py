@@ -500,3 +500,24 @@ def test_a_warm_kernel_is_reported_ended_only_when_every_process_it_started_is_g
         assert 100 < forked[0] < 128 and forked[1] >= forked[0] - 2, forked
     finally:
         pool.close()
+
+
+def test_the_feedback_page_is_nbconverts_without_its_rewrite():
+    """FeedbackPage (the course's GenerateFeedback.exporter_class) gives nbconvert's HTML page, once both are parsed
+    alike, an alt text on every image without one included; it skips only the parse-and-rewrite pass."""
+    from bs4 import BeautifulSoup
+    from nbconvert import HTMLExporter
+    from nbgrader.converters import GenerateFeedback
+    from autograder.feedback import FeedbackPage
+    nb = new_notebook(cells=[nbformat.v4.new_markdown_cell('# A *title*\n<img src="a.png"> and <IMG alt="kept" src="b.png">'),
+                             new_code_cell("plot()", outputs=[nbformat.v4.new_output("display_data", data={"image/png": "iVBORw0KGgo="})]),
+                             new_code_cell("x = 1\nprint(x)", outputs=[nbformat.v4.new_output("stream", text="1\n")])])
+    config = GenerateFeedback(config=Config()).config
+    pages = [cls(config=config).from_notebook_node(nb, resources={"nbgrader": {"notebook": "n", "score": 0, "max_score": 0,
+                                                                                "late_penalty": 0}})[0]
+             for cls in (HTMLExporter, FeedbackPage)]
+    assert str(BeautifulSoup(pages[1], features="html.parser")) == pages[0]
+    assert pages[1].count("No description has been provided for this image") == 2 and 'alt="kept"' in pages[1]
+    shipped = Config()
+    exec(compile((ROOT / "nbgrader_config.py").read_text(), "nbgrader_config.py", "exec"), {"get_config": lambda: shipped})
+    assert GenerateFeedback(config=shipped).exporter_class is FeedbackPage
