@@ -10,8 +10,9 @@ machine, and bubblewrap installed:
 Each hand-in is one task. It carries what a worker cannot read from the course folder: the batch's template course
 (made by the instructor's command, fetched once by each worker and unpacked into its temporary folder) and the
 hand-in's bytes. The worker grades it with `grade_one.run` in a process of its own, in the same sandbox and with the
-same time limit as a local batch, and sends back the row, the feedback, the graded notebook and the log; the
-instructor's command writes them into its output folder, the table and the gradebook as a local batch does.
+same time limit as a local batch, its kernel forked from one of the worker's warm parents (one per `--nthreads`),
+and sends back the row, the feedback, the graded notebook and the log; the instructor's command writes them into
+its output folder, the table and the gradebook as a local batch does.
 
 A worker that dies while grading loses nothing: the scheduler gives its hand-ins to another worker (a hand-in whose
 workers die `distributed.scheduler.allowed-failures` + 1 times, 4 by default, gets a 'crashed' row). A scheduler
@@ -26,7 +27,6 @@ import os
 import pickle
 import select
 import shutil
-import signal
 import socket
 import stat
 import subprocess
@@ -41,7 +41,7 @@ from pathlib import Path
 
 from . import grade_one, processes
 from .results import read_result, replace_file, write_result
-from .supervisor import BatchFailed, last_line, result_path, settle, supervise as supervise_grading
+from .supervisor import BatchFailed, Pool, last_line, result_path, settle, supervise as supervise_grading
 
 CONNECT_TIMEOUT = 30  # seconds to reach the scheduler, and then to see a first worker
 POLL = 1.0  # seconds between a worker's looks at its grading (and at the batch's stop signal)
@@ -291,7 +291,8 @@ def supervised(job: grade_one.Job, deadline: float, course: str, stop: str) -> i
     env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",  # as batch.grade sets
            "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     # pickled: the job holds the course's configuration as a traitlets Config (sets, tuples); the server is ours
-    order = base64.b64encode(pickle.dumps({"job": job, "deadline": deadline, "course": course, "env": env})) + b"\n"
+    order = base64.b64encode(pickle.dumps({"job": job, "deadline": deadline, "course": course, "env": env,
+                                           "at_once": get_worker().state.nthreads})) + b"\n"
     interrupt, started, said = Event(stop), time.monotonic(), b""
     with socket.socket(socket.AF_UNIX) as connection:
         connection.connect(str(fork_server()))
@@ -331,37 +332,89 @@ def fork_server() -> Path:
 
 
 def serve(path: str) -> None:
-    """The fork server: for each connection, fork a supervisor (`supervise`); end when the worker ends."""
+    """The fork server: for each connection, read its order and fork a supervisor (`supervise`), its kernels forked
+    from a warm parent of this worker's (`WarmSlots`); end, with the warm parents, when the worker ends."""
     worker = os.getppid()
     server = socket.socket(socket.AF_UNIX)
     server.bind(path)
     server.listen(64)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the supervisors end on their own: nobody waits for them
+    warm = WarmSlots()
     print("ready", flush=True)
-    while os.getppid() == worker:
-        if not select.select([server], [], [], POLL)[0]:
-            continue
-        connection, _ = server.accept()
-        if os.fork() == 0:
-            server.close()
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a supervisor waits for its grading
+    try:
+        while os.getppid() == worker:
+            warm.reap()
+            if not select.select([server], [], [], POLL)[0]:
+                continue
+            connection, _ = server.accept()
+            line = connection.makefile("rb").readline()  # the worker's thread sends its order at once
+            if not line:
+                connection.close()
+                continue
+            order = pickle.loads(base64.b64decode(line))
+            slot, order["job"] = warm.claim(order["job"], order["at_once"])
+            pid = os.fork()
+            if pid == 0:
+                server.close()
+                try:
+                    supervise(connection, order)
+                finally:
+                    os._exit(0)  # nothing left to do: skip the interpreter's teardown
+            warm.busy[pid] = slot
+            connection.close()
+    finally:
+        warm.close()
+        shutil.rmtree(Path(path).parent, ignore_errors=True)
+
+
+class WarmSlots:
+    """This worker's warm parents (supervisor.Pool): one per grading it runs at once, for the batch being graded (its
+    template names it); a grading that finds none free, or a second batch graded at the same time, starts its kernel
+    afresh, as `--unfenced` or a GPU machine does (the row's log says which)."""
+
+    def __init__(self):
+        self.pool, self.batch = None, None
+        self.busy: dict[int, int | None] = {}  # the pid of each supervisor running -> the slot it uses (None: none)
+
+    def claim(self, job: grade_one.Job, at_once: int) -> tuple[int | None, grade_one.Job]:
+        """A free slot for `job` (None: no warm parent for it) and the job, told the slot's socket."""
+        if job.template != self.batch and not self.busy:  # a new batch: warm parents with its configuration
+            self.close()
             try:
-                supervise(connection)
-            finally:
-                os._exit(0)  # nothing left to do: skip the interpreter's teardown
-        connection.close()
-    shutil.rmtree(Path(path).parent, ignore_errors=True)
+                self.pool = Pool(max(1, at_once), job.config).ready()
+            except Exception as error:  # its kernels start afresh; the worker's log says why
+                print(f"autograder: no warm kernels on this worker ({error})", file=sys.stderr, flush=True)
+            self.batch = job.template
+        if self.pool is None or job.template != self.batch:
+            return None, job
+        deadline = time.monotonic() + 2  # a worker's next task can come while the last one's supervisor is ending
+        while True:
+            used = set(self.busy.values())
+            slot = next((k for k in range(len(self.pool.slots)) if k not in used and self.pool.socket_of(k)), None)
+            if slot is not None or not self.busy or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+            self.reap()
+        return slot, job if slot is None else replace(job, warm=self.pool.socket_of(slot))
+
+    def reap(self) -> None:
+        """Collect the supervisors that ended, freeing their slots (only them: the warm parents are children too)."""
+        for pid in list(self.busy):
+            try:
+                ended = os.waitpid(pid, os.WNOHANG)[0]
+            except ChildProcessError:
+                ended = pid
+            if ended:
+                del self.busy[pid]
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+        self.pool, self.batch = None, None
 
 
-def supervise(connection: socket.socket) -> None:
-    """The grading's parent on a worker: reads its order from the connection and supervises it as the local pool does
-    (supervisor.supervise), stopping it when the connection closes (the batch interrupted, or its worker gone); sends
-    back the grading's exit code."""
-    reader = connection.makefile("rb")
-    line = reader.readline()
-    if not line:
-        return
-    order = pickle.loads(base64.b64decode(line))
+def supervise(connection: socket.socket, order: dict) -> None:
+    """The grading's parent on a worker: supervises the order's grading as the local pool does (supervisor.supervise),
+    stopping it when the connection closes (the batch interrupted, or its worker gone); sends back its exit code."""
     os.chdir(order["course"])  # as batch.grade works from the course folder
     os.environ.update(order["env"])
     processes.become_subreaper()  # what the grading leaves behind stays below this process, where we stop it

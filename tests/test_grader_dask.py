@@ -115,7 +115,7 @@ def scores_in_gradebook(course: Path, students) -> dict[str, float]:
 
 def test_workers_grade_a_class_as_a_local_batch_does(tmp_path, cluster):
     """Every row (but its message), the feedback and the gradebook's scores are those of `--jobs 2` on this machine;
-    and the local batch imports no Dask."""
+    and the local batch imports no Dask; every kernel on the workers was forked from its worker's warm parent."""
     submissions = write_folder(tmp_path / "submissions", small_class())
     local, remote = scratch_course(tmp_path / "local"), scratch_course(tmp_path / "remote")
     imports = tmp_path / "dask-imports.txt"
@@ -140,6 +140,8 @@ def test_workers_grade_a_class_as_a_local_batch_does(tmp_path, cluster):
         if row["status"] not in ("invalid", "missing"):
             assert (out / "feedback" / f"{student}.html").stat().st_size, f"{student} has no feedback"
             assert (out / "autograded" / f"{student}.ipynb").exists() and (out / "logs" / f"{student}.log").exists()
+            assert "kernel forked from the slot's warm parent" in (out / "logs" / f"{student}.log").read_text(), \
+                f"{student}'s kernel was not forked from its worker's warm parent"
     assert scores_in_gradebook(remote, got) == scores_in_gradebook(local, got) == \
            {s: float(row["score"]) for s, row in got.items()}
     assert not list(Path(cluster.folders["a"], "tmp").glob("autograder-dask-*")), "the template was left on worker a"
