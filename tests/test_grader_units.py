@@ -23,6 +23,7 @@ from autograder import config as course_config
 from autograder.kernel import SandboxUnavailable, SandboxedKernelManager, require_sandbox
 from course import ROOT
 from handins import grade, handin, private_env, right, rows_of, scratch_course, write, write_folder
+import hostile
 
 SANDBOX = ROOT / "autograder" / "sandbox.py"
 PROBE = """import json, os, socket, sys
@@ -457,19 +458,6 @@ def test_a_damaged_zip_member_costs_its_own_row(tmp_path):
     assert "could not be unpacked" in found["ben"].message and "CRC" in found["ben"].message
 
 
-FORKER = """import os, time
-forked = 0
-try:
-    while forked < 1000:
-        if os.fork() == 0:
-            time.sleep(60)
-            os._exit(0)
-        forked += 1
-except OSError:
-    pass
-print(forked)"""
-
-
 def test_a_warm_kernel_is_reported_ended_only_when_every_process_it_started_is_gone():
     """A kernel forked from a warm parent, which forked up to its process limit, is reported ended (shutdown returns)
     only when every process of its namespace is gone: they count against the limit of the next kernel forked there,
@@ -491,8 +479,8 @@ def test_a_warm_kernel_is_reported_ended_only_when_every_process_it_started_is_g
             try:
                 client.wait_for_ready(timeout=60)
                 said = []
-                client.execute_interactive(FORKER, timeout=60, output_hook=lambda m: said.append(m["content"].get("text", "")))
-                forked.append(int("".join(said)))
+                client.execute_interactive(hostile.FORK_BOMB, timeout=60, output_hook=lambda m: said.append(m["content"].get("text", "")))
+                forked.append(int(re.search(r"forked (\d+) processes", "".join(said)).group(1)))
             finally:
                 client.stop_channels()
                 run_sync(manager.shutdown_kernel)(now=True)
