@@ -184,8 +184,8 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
         with step("running the solution once for the values its tests expect"):
             solution_config = copy.deepcopy(config)  # its kernel forked as the hand-ins' are
             solution_config.SandboxedKernelManager.warm = pool.ready().socket_of(0) if pool else ""
-            expected = in_child(reference.expected_values, solution_config, source, scratch / "solution",
-                                out / "solution.log")
+            expected = in_child(reference.expected_values, solution_config, source,
+                                template / "release" / assignment / source.name, scratch / "solution", out / "solution.log")
             if isinstance(expected, str):
                 raise SystemExit(expected)
             reference.write(expected, template / reference.FILE)

@@ -10,16 +10,18 @@ import nbformat
 
 from .execute import GuardedExecute, is_test
 from .judge import wants
+from .lessons import skippable
 from .notebook import grade_id
 
 
 FILE = "expected.json"  # in the batch's template course
 
 
-def expected_values(config, source: Path, folder: Path, log: Path) -> dict[str, list[dict]] | str:
+def expected_values(config, source: Path, release: Path, folder: Path, log: Path) -> dict[str, list[dict]] | str:
     """grade_id -> the values the solution's test cell sent, from a run of `source` in `folder` (made here); or why
     there are none: one of the solution's own tests failed, so no hand-in can be judged against it. Run in a process
-    of its own (batch.py forks one): its output and the kernel's go to `log`."""
+    of its own (batch.py forks one): its output and the kernel's go to `log`. The lesson cells a hand-in as released
+    skips (`release`: the student version) are skipped here too: a demo or a training run gives the tests nothing."""
     nb = nbformat.read(source, as_version=4)
     if not any(wants(c.source) for c in nb.cells if is_test(c)):
         return {}  # tests that compare in the kernel alone: nothing to run the solution for
@@ -29,6 +31,7 @@ def expected_values(config, source: Path, folder: Path, log: Path) -> dict[str, 
     shutil.copytree(source.parent, folder, dirs_exist_ok=True)  # the files beside the notebook, as a grading has
     execute = GuardedExecute(config=config)
     execute.recording = True
+    execute.lessons_skipped = skippable(nb, nbformat.read(release, as_version=4))
     execute.allow_errors = True  # every failure is reported below, not the first alone
     execute.preprocess(nb, {"metadata": {"path": str(folder)}})
     failed = [f"{grade_id(c)} ({e.ename}: {str(e.get('evalue'))[:300]})" for c in nb.cells if is_test(c)
