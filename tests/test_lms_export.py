@@ -159,3 +159,9 @@ def test_the_moodle_pattern_reads_participant_ids(tmp_path):
              "Bob Jones_557_assignsubmission_file_01_basics.ipynb"]
     assert student_ids(tmp_path, names, MOODLE_PATTERN) == {"555": "555", "556": "556", "557": "557"}
 
+
+def test_the_readmes_give_the_patterns_the_grader_documents():
+    """README.md and autograder/README.md show the --pattern of each LMS as the grader defines it."""
+    for readme in (ROOT / "README.md", ROOT / "autograder" / "README.md"):
+        text = readme.read_text()
+        assert CANVAS_PATTERN in text and MOODLE_PATTERN in text, readme
