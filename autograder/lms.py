@@ -118,18 +118,19 @@ def moodle_rows(grades_: list[Grade], now: datetime) -> list[list[str]]:
 
 def export(assignment: str, lms: str, out: Path | None, course: Path, title: str | None = None) -> Path:
     """Write the assignment's grades for the LMS's gradebook import; return the file's path."""
+    out = out.resolve() if out else None  # where the command was given, before we move into the course folder
     enter(course)
     cd = CourseDirectory(config=course_config.load(course, {}))
     assignment, _ = resolve(cd, assignment)
     found = grades(cd, assignment)
     rows = canvas_rows(found, title or assignment) if lms == "canvas" else moodle_rows(found, datetime.now(timezone.utc))
-    out = (out or course / "autograder" / "grades" / assignment / f"{lms}.csv").resolve()
+    out = out or course / "autograder" / "grades" / assignment / f"{lms}.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", newline="", encoding="utf-8") as f:
         csv.writer(f).writerows([[spreadsheet_safe(cell) for cell in row] for row in rows])
-    unknown = sorted(g.student_id for g in found if not g.lms_id.isdigit())
-    print(f"{len(found)} students' grades on {assignment} for {lms.capitalize()}: {out}", file=sys.stderr)
-    if unknown:
-        print(f"{len(unknown)} with no {lms.capitalize()} id from a zip's --pattern, written with their nbgrader id, "
-              f"which {lms.capitalize()} will not match: {', '.join(unknown)}", file=sys.stderr)
+    name, unknown = lms.capitalize(), sorted(g.student_id for g in found if not g.lms_id.isdigit())
+    print(f"{len(found)} students' grades on {assignment} for {name}: {out}", file=sys.stderr)
+    if unknown:  # both LMSs number their users: an id that is no number came from elsewhere (the exchange, a folder)
+        print(f"{len(unknown)} without a {name} id from a zip's --pattern, whose rows {name} will not match: "
+              f"{', '.join(unknown)}", file=sys.stderr)
     return out

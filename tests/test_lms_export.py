@@ -19,7 +19,8 @@ from autograder.lms import CANVAS_PATTERN, MOODLE_PATTERN
 from course import ROOT, nbgrader
 from handins import ASSIGNMENT, FIRST, NOTEBOOK, grade, right, scratch_course, write
 
-pytestmark = pytest.mark.filterwarnings("ignore::sqlalchemy.exc.SAWarning")  # the fixture edits the gradebook as formgrader does
+pytestmark = [pytest.mark.xdist_group("lms-export"),  # one worker grades the class once; the tests read its exports
+              pytest.mark.filterwarnings("ignore::sqlalchemy.exc.SAWarning")]  # its gradebook edited as formgrader does
 DUE = "2026-11-20 12:00:00 UTC"
 HOSTILE_FIRST, HOSTILE_LAST = '=HYPERLINK("http://example.org")', "@SUM(1)"
 # Canvas's "Download submissions": <lastfirst>_[LATE_]<user id>_<file id>_<file name>, at the zip's top
@@ -34,9 +35,11 @@ def gradebook(course: Path) -> Gradebook:
 
 
 def export(course: Path, lms: str, out: Path, *args: str) -> list[list[str]]:
-    """`python -m autograder export 01 --lms LMS` as an instructor runs it; the file's rows."""
-    result = subprocess.run([sys.executable, "-m", "autograder", "export", "01", "--lms", lms, "--out", str(out),
-                             "--course", str(course), *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    """`python -m autograder export 01 --lms LMS --out FILE` as an instructor runs it, FILE named from where the command
+    is given; the file's rows."""
+    result = subprocess.run([sys.executable, "-m", "autograder", "export", "01", "--lms", lms, "--out", out.name,
+                             "--course", str(course), *args], cwd=out.parent, capture_output=True, text=True,
+                            timeout=120)
     assert result.returncode == 0, result.stderr
     assert "Warning" not in result.stderr, result.stderr
     with open(out, newline="", encoding="utf-8") as f:

@@ -18,6 +18,7 @@ from course import assignments, read, release_path, solution_answers, wrong_answ
 from handins import ASSIGNMENT, COURSE, FIRST, NOTEBOOK, SECOND, html_text, right, write
 from torchcourse.check import answer_cells, grading
 
+pytestmark = pytest.mark.xdist_group("similarity")  # the report's tests share one report, written once
 
 def released(assignment: str) -> dict[str, str]:
     """grade_id -> the answer cell as the students got it (notebooks/)."""
