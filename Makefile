@@ -7,10 +7,10 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # nbgrader runs `alembic` as a subprocess when it makes a gradebook: the venv must be on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help setup lab check test release grade bench bench-grade gpu-check clean
+.PHONY: help setup lab check test release grade bench bench-grade bench-similarity gpu-check clean
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 setup: $(VENV)/.installed ## create .venv: pinned packages, the torchcourse helpers, nbgrader's extensions
 
@@ -47,6 +47,9 @@ bench: setup ## print the wall time of executing each solution notebook
 
 bench-grade: setup ## plain sequential nbgrader against make grade on one class of notebooks 02 and 03
 	$(BIN)/python tests/benchmark_grading.py
+
+bench-similarity: setup ## time report.html's similar answers on 1,000 synthetic hand-ins x 4 exercises, print what it flagged
+	$(BIN)/python tests/benchmark_similarity.py
 
 gpu-check: setup ## on a CUDA machine: run every solution notebook and the tests' CUDA branches, write a report (OUT=file.md)
 	$(BIN)/python tests/gpu_check.py $(if $(OUT),--out $(OUT))

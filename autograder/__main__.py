@@ -1,5 +1,6 @@
 """python -m autograder grade ASSIGNMENT [SUBMISSIONS] [--jobs N] [--out DIR] [--shard K/N] [--scheduler ADDRESS] ...
-python -m autograder merge OUT_1 OUT_2 ... [--out DIR]"""
+python -m autograder merge OUT_1 OUT_2 ... [--out DIR]
+python -m autograder export ASSIGNMENT --lms canvas|moodle [--out FILE] [--title TITLE]"""
 
 import argparse
 import os
@@ -7,6 +8,7 @@ import sys
 from pathlib import Path
 
 from .batch import BatchFailed, Options, grade, merge
+from .lms import CANVAS_PATTERN, LMS, MOODLE_PATTERN, export
 
 
 def settings(args) -> dict:
@@ -47,8 +49,9 @@ def main() -> None:
     g.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="submissions graded at once (default: cores)")
     g.add_argument("--out", type=Path, help="where grades.csv and feedback/ go (default autograder/grades/ASSIGNMENT)")
     g.add_argument("--force", action="store_true", help="grade again what an earlier run already graded")
-    g.add_argument("--pattern", help=r"regex naming the student in each zip entry's path, e.g. "
-                                     r"'^(?P<student_id>[^_/]+)_\d+_' for Canvas (default: alice/… or alice.ipynb)")
+    g.add_argument("--pattern", help="regex naming the student in each zip entry's path by its group student_id "
+                                     f"(default: alice/… or alice.ipynb); Canvas's user id: '{CANVAS_PATTERN}', "
+                                     f"Moodle's participant id: '{MOODLE_PATTERN}'".replace("%", "%%"))
     g.add_argument("--course", type=Path, default=Path.cwd(), help="the course folder (default: here)")
     g.add_argument("--timeout", type=int, help="seconds a cell may run (Execute.timeout)")
     g.add_argument("--memory", type=float, help="GiB of memory a kernel may use (SandboxedKernelManager.memory_gib)")
@@ -69,9 +72,23 @@ def main() -> None:
     m.add_argument("--out", type=Path, help="where the merged grades.csv and feedback/ go "
                                             "(default autograder/grades/ASSIGNMENT)")
     m.add_argument("--course", type=Path, default=Path.cwd(), help="the course folder (default: here)")
+    e = commands.add_parser("export", help="write an assignment's grades for an LMS's gradebook import",
+                            description="Write one assignment's grades from the course's gradebook (scores entered "
+                                        "by hand and late penalties included, as `nbgrader export`) as the CSV file "
+                                        "Canvas's gradebook import or Moodle's grading worksheet upload takes, each "
+                                        "student by the LMS id `grade --pattern` read from the LMS's zip.")
+    e.add_argument("assignment", help="assignment name or number, e.g. 02_autograd or 02")
+    e.add_argument("--lms", required=True, choices=LMS, help="the LMS whose import the file is for")
+    e.add_argument("--out", type=Path, help="the file to write (default autograder/grades/ASSIGNMENT/LMS.csv)")
+    e.add_argument("--title", help="Canvas: the assignment's column, as Canvas names it, 'Title (assignment id)' "
+                                   "(default: ASSIGNMENT, which Canvas creates unless an assignment has that title)")
+    e.add_argument("--course", type=Path, default=Path.cwd(), help="the course folder (default: here)")
     args = parser.parse_args()
     if args.command == "merge":
         merge(args.folders, args.out, args.course.resolve(), {})
+        return
+    if args.command == "export":
+        export(args.assignment, args.lms, args.out, args.course.resolve(), args.title)
         return
     try:
         grade(Options(assignment=args.assignment, submissions=args.submissions, jobs=max(1, args.jobs), out=args.out,

@@ -18,7 +18,7 @@ from nbgrader.coursedir import CourseDirectory
 from sqlalchemy.engine import make_url
 from traitlets.config import Config
 
-from . import config as course_config, gradebook, grade_one, processes, reference
+from . import config as course_config, gradebook, grade_one, processes, reference, similarity
 from .collect import collect, from_course
 from .kernel import SandboxUnavailable, require_sandbox
 from .notebook import nbgrader_ids
@@ -228,7 +228,7 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
             write_table(out / "grades.csv", rows, list(points))
         if not options.shard:  # a shard's rows go into the gradebook with the others', by `merge`
             rows = record(cd, config, assignment, source.name, rows, out, scratch, list(points))
-        report(out, rows, source, scratch)
+        report(out, rows, source, scratch, config)
         return rows
     finally:
         if pool is not None:
@@ -246,12 +246,14 @@ def record(cd, config, assignment: str, notebook: str, rows: list[dict], out: Pa
     return rows
 
 
-def report(out: Path, rows: list[dict], source: Path, scratch: Path) -> None:
-    """report.html from the rows as grades.csv has them (after the gradebook: scores by hand, late penalties)."""
+def report(out: Path, rows: list[dict], source: Path, scratch: Path, config: Config) -> None:
+    """report.html from the rows as grades.csv has them (after the gradebook: scores by hand, late penalties), with
+    the similar answers among the notebooks handed in (submitted/)."""
     def draw():
         # matplotlib keeps its font cache in the batch's scratch folder: grading writes nothing into HOME
         os.environ["MPLCONFIGDIR"] = str(scratch / "matplotlib")
-        write_report(out / "report.html", rows, source)
+        similar = similarity.find(rows, out / "submitted", source, config)
+        write_report(out / "report.html", rows, source, similar)
 
     with step("writing report.html"):
         in_child(draw)
@@ -305,7 +307,7 @@ def merge(folders: list[Path], out: Path | None, course: Path, settings: dict) -
         scratch = Path(tempfile.mkdtemp(prefix="autograder-merge-"))
         try:
             rows = record(cd, config, assignment, source.name, rows, out, scratch, list(points_of(source)))
-            report(out, rows, source, scratch)
+            report(out, rows, source, scratch, config)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     summarise(rows, out, time.perf_counter() - wall, config)

@@ -8,16 +8,18 @@ import os
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
+from traitlets import TraitError
 from traitlets.config import Config, PyFileConfigLoader
 
 from .kernel import not_folders
+from .similarity import Similarity
 
 FILE = "nbgrader_config.py"
 
 
 def load(course: Path, settings: dict) -> Config:
     """The course's settings (its nbgrader_config.py) with the command line's on top, every path resolved against the
-    course folder; SystemExit naming a read-only folder that does not exist."""
+    course folder; SystemExit naming a read-only folder that does not exist, or a report setting out of range."""
     course = Path(course).resolve()
     path = course / FILE
     config = PyFileConfigLoader(FILE, path=str(course)).load_config() if path.exists() else Config()
@@ -30,6 +32,10 @@ def load(course: Path, settings: dict) -> Config:
                          f"{'is not a folder' if len(missing) == 1 else 'are not folders'}: the kernels could not "
                          "read what the notebooks import. Relative paths there mean the course folder.")
     config.SandboxedKernelManager.read_only = folders
+    try:
+        Similarity(config=config)  # refused now, not once the class is graded and its report drawn
+    except TraitError as error:
+        raise SystemExit(f"{path}: c.Similarity: {error}") from None
     url = config.CourseDirectory.get("db_url", "")
     if url and make_url(url).get_backend_name() == "sqlite" and make_url(url).database \
             and not os.path.isabs(make_url(url).database):

@@ -1,4 +1,5 @@
-"""report.html: the class at a glance for the instructor: statuses, each exercise's points and failures, slow hand-ins.
+"""report.html: the class at a glance for the instructor: statuses, each exercise's points and failures, similar
+answers, slow hand-ins.
 
 One self-contained page (inline CSS and SVG, no script). Student ids and messages come from hand-ins, so every piece
 of text is escaped: the instructor opens this page in a browser.
@@ -19,6 +20,7 @@ from .results import STATUSES, shown_id
 
 TOP_FAILURES = 5  # failure messages listed per exercise
 SLOWEST = 5  # hand-ins listed by grading time
+SIMILAR_SHOWN = 20  # pairs of similar answers shown per exercise, highest score first (the rest are counted)
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 60em; color: #222; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; }
@@ -28,6 +30,10 @@ section.exercise { border-top: 1px solid #ccc; margin-top: 1.5em; }
 figure.distribution { margin: 0.5em 0; }
 figure.distribution svg { max-width: 28em; height: auto; }
 code { background: #f4f4f4; padding: 0 0.2em; white-space: pre-wrap; word-break: break-word; }
+section.similar { border-top: 1px solid #ccc; margin-top: 1.5em; }
+table.side-by-side { table-layout: fixed; width: 100%; }
+pre.answer { margin: 0; font-size: 0.85em; white-space: pre-wrap; word-break: break-word; }
+mark { background: #ffd966; }
 """
 
 
@@ -117,6 +123,46 @@ def exercise_section(gid: str, name: str, tests: list[str], best: float, rows: l
                else "<p>no test of this exercise failed</p>\n") + "</section>")
 
 
+def percent(share: float) -> str:
+    return f"{100 * share:.0f}%"
+
+
+def similar_pair(pair, who: dict[str, str]) -> str:
+    """Two students' answers side by side, what matches marked (copydetect's highlighting, escaped)."""
+    (a, b), (share_a, share_b) = [text(who[s]) for s in pair.students], pair.similarities
+    return (f'<div class="pair" data-score="{pair.score:.2f}">\n<p><b>{a}</b> and <b>{b}</b>: {percent(pair.score)} '
+            f"({percent(share_a)} of {a}'s answer is found in {b}'s, {percent(share_b)} of {b}'s in {a}'s)</p>\n"
+            f'<table class="side-by-side"><tr><th>{a}</th><th>{b}</th></tr>\n<tr><td><pre class="answer">'
+            f'{pair.marked[0]}</pre></td><td><pre class="answer">{pair.marked[1]}</pre></td></tr></table>\n</div>')
+
+
+def similar_section(found, name: str, who: dict[str, str], threshold: float) -> str:
+    """One exercise's pairs of similar answers, or one line saying there are none."""
+    counted = (f"{found.answers} answers ({found.short} too short to judge; passages in more than {found.common} "
+               "answers left out)")
+    above = f"above {percent(threshold)}"
+    shown = found.pairs[:SIMILAR_SHOWN]
+    said = (f"<p>{counted}: {len(found.pairs)} pair{'' if len(found.pairs) == 1 else 's'} {above}"
+            + (f", the {len(shown)} highest shown" if len(shown) < len(found.pairs) else "") + ".</p>"
+            if found.pairs else f"<p>{counted}: no pair {above}.</p>")
+    return (f'<section class="similar" data-exercise="{text(found.grade_id)}" data-pairs="{len(found.pairs)}" '
+            f'data-answers="{found.answers}" data-short="{found.short}">\n<h3>{text(name)}</h3>\n{said}\n'
+            + "".join(similar_pair(pair, who) + "\n" for pair in shown) + "</section>")
+
+
+def similar_answers(findings, rows: list[dict], names: dict[str, str]) -> list[str]:
+    """The "Similar answers" part of the page: how answers were compared, then each exercise's pairs."""
+    settings, who = findings.settings, {r["student_id"]: shown_id(r) for r in rows}
+    return ["<h2>Similar answers</h2>",
+            "<p>Each exercise's answers compared two by two with copydetect (MOSS's fingerprints: names, strings and "
+            f"comments do not count, nor does the starter code every student was given). A pair is listed when at "
+            f"least {percent(settings.threshold)} of each answer is found in the other, in passages of "
+            f"{settings.noise} characters or more of code (c.Similarity in nbgrader_config.py). A match is a reason to "
+            "look, not a verdict: short exercises have few ways to be answered.</p>",
+            *(similar_section(found, names.get(found.grade_id, found.grade_id), who, settings.threshold)
+              for found in findings.exercises)]
+
+
 def slowest_table(rows: list[dict]) -> str:
     """The hand-ins that took longest to grade, with how much of it was running their cells."""
     slow = sorted(rows, key=lambda r: (-r.get("seconds", 0), r["student_id"]))[:SLOWEST]
@@ -142,12 +188,14 @@ def summary(rows: list[dict]) -> str:
     return said
 
 
-def write_report(path: Path, rows: list[dict], source: Path) -> None:
-    """report.html for the instructor, from grades.csv's rows and the assignment's source notebook; replaced whole."""
+def write_report(path: Path, rows: list[dict], source: Path, similar=None) -> None:
+    """report.html for the instructor, from grades.csv's rows and the assignment's source notebook, with the similar
+    answers found in the class (similarity.Findings) where given; replaced whole."""
     assignment = rows[0]["assignment"] if rows else source.parent.name
     present = [r for r in rows if r["status"] != "missing"]
     missing = len(rows) - len(present)
-    sections = [exercise_section(gid, name, tests, best, present) for gid, name, tests, best in exercises(source)]
+    found = exercises(source)
+    sections = [exercise_section(gid, name, tests, best, present) for gid, name, tests, best in found]
     page = "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{text(assignment)}: grading report</title><style>{STYLE}</style></head><body>",
@@ -156,6 +204,7 @@ def write_report(path: Path, rows: list[dict], source: Path) -> None:
         "<h2>Exercises</h2>",
         *([f"<p>{students(missing)} with no notebook (missing) left out of these statistics.</p>"] if missing else []),
         *sections,
+        *(similar_answers(similar, rows, {gid: name for gid, name, _, _ in found}) if similar else []),
         "<h2>Slowest hand-ins</h2>", slowest_table(rows),
         "</body></html>", ""])
     tmp = path.with_name(f".{path.name}.tmp")  # whole or not at all, as grades.csv

@@ -181,6 +181,25 @@ def test_grades_reach_the_course_gradebook_and_nbgrader_export(graded):
     assert float(exported["right"]["raw_score"]) == float(rows["right"]["score"])
 
 
+def holds_answer(text: str | None, exercise: str) -> bool:
+    """Whether a hand-in is a notebook with that answer cell."""
+    try:
+        cells = json.loads(text or "")["cells"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    return any(c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == exercise for c in cells)
+
+
+def test_the_report_compares_every_answer_handed_in(graded):
+    """report.html's similar answers read the notebooks the batch kept (submitted/): each exercise counts every
+    hand-in holding its answer cell, and finds no two alike in this class (its answers are one line, or unique)."""
+    page = (graded[2] / "report.html").read_text()
+    assert "<h2>Similar answers</h2>" in page
+    for exercise in (FIRST, SECOND):
+        holding = sum(holds_answer(text, exercise) for text in broken_class().values())
+        assert f'<section class="similar" data-exercise="{exercise}" data-pairs="0" data-answers="{holding}"' in page
+
+
 def test_a_second_run_grades_only_what_is_missing_and_gives_the_same_table(graded):
     """Results are kept per student: a rerun grades just those whose result is gone (as after an interruption)."""
     course, submissions, out, _, _ = graded
