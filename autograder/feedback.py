@@ -132,16 +132,29 @@ class ExerciseSummary(NbGraderPreprocessor):
         return nb, resources
 
 
+class KeptHighlight(Highlight2HTML):
+    """nbconvert's syntax highlighting (Pygments: most of a page's rendering), kept per cell source: the lesson's cells
+    are alike in every hand-in, highlighted once in the batch's process (grade_one.warm_up), which each grading forks."""
+
+    kept: dict[tuple, str] = {}
+
+    def __call__(self, source, language=None, metadata=None):
+        key = (source, language or self.pygments_lexer, repr(sorted((metadata or {}).items())))
+        if key not in self.kept:
+            self.kept[key] = super().__call__(source, language, metadata)
+        return self.kept[key]
+
+
 class FeedbackPage(HTMLExporter):
     """nbconvert's HTML page, without the BeautifulSoup pass that parses and rewrites the whole page (half a second of
-    each hand-in's feedback). nbgrader's feedback template is the classic one, which has none of the lab template's
+    each hand-in's feedback), its code highlighted once per cell source (KeptHighlight). nbgrader's feedback template is the classic one, which has none of the lab template's
     classes that pass makes focusable; its one change left, an alt text on images without one, is made on the text."""
 
     def from_notebook_node(self, nb, resources=None, **kw):
         language = nb.metadata.get("language_info", {})
         lexer = language.get("pygments_lexer", language.get("name"))
         self.register_filter("highlight_code", self.filters.get("highlight_code",
-                                                                Highlight2HTML(pygments_lexer=lexer, parent=self)))
+                                                                KeptHighlight(pygments_lexer=lexer, parent=self)))
         resources = self._init_resources(resources)
         self.register_filter("filter_data_type", WidgetsDataTypeFilter(notebook_metadata=self._nb_metadata,
                                                                        parent=self, resources=resources))

@@ -19,7 +19,7 @@ import shipped
 from autograder.lessons import names
 from course import (answer_ids, assignments, grading, read, release_path, solution_answers, source_path,
                     graded_cells_of, with_answers, wrong_answers)
-from torchcourse.check import SKIP_TAG, test_cells as tests_of  # not test_*: pytest would collect it
+from torchcourse.check import SKIP_TAG, test_cells as exercise_tests  # not test*: pytest collects it
 
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
@@ -58,7 +58,7 @@ def rounds(assignment: str) -> tuple[dict[str, tuple[str, str, str]], ...]:
     of exercises pairwise independent (the right answers' names count too), in as few hand-ins as the greedy finds."""
     source, right = read(source_path(assignment)), solution_answers(assignment)
     order = answer_ids(source)
-    tests = {a: "\n".join(cell.source for cell in tests_of(source, a)) for a in order}
+    tests = {a: "\n".join(cell.source for cell in exercise_tests(source, a)) for a in order}
     packed: list[dict[str, tuple[str, str, str]]] = []
     for key, kind in KINDS.items():
         for answer_id, variants in wrong_answers(assignment)[key].items():
