@@ -219,7 +219,7 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
                 run_on_dask(options.scheduler, todo, deadline=deadline, progress=progress)
             elif todo:
                 with step("rendering the released notebook's feedback page, to be inherited by every grading"):
-                    grade_one.warm_up(config, grade_one.release_of(todo[0]))  # inherited by every fork
+                    grade_one.warm_up(todo[0])  # inherited by every fork
                 pool.run(todo, deadline=deadline, progress=progress)
         finally:  # whatever happened, every row graded so far goes into the table
             results |= {job.student_id: r for job in todo
