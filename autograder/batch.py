@@ -181,6 +181,9 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
             shutil.copytree(source.parent, template / "source" / assignment)
             in_child(gradebook.generate_assignment, config, assignment, template,
                      f"sqlite:///{template}/gradebook.db", template / "release")
+        if pool is not None:  # while the warm kernels start
+            with step("rendering the released notebook's feedback page, to be inherited by every grading"):
+                grade_one.warm_up(config, template, assignment, source.name)
         with step("running the solution once for the values its tests expect"):
             solution_config = copy.deepcopy(config)  # its kernel forked as the hand-ins' are
             solution_config.SandboxedKernelManager.warm = pool.ready().socket_of(0) if pool else ""
@@ -218,8 +221,6 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
                 from .distributed import run_on_dask
                 run_on_dask(options.scheduler, todo, deadline=deadline, progress=progress)
             elif todo:
-                with step("rendering the released notebook's feedback page, to be inherited by every grading"):
-                    grade_one.warm_up(todo[0])  # inherited by every fork
                 pool.run(todo, deadline=deadline, progress=progress)
         finally:  # whatever happened, every row graded so far goes into the table
             results |= {job.student_id: r for job in todo

@@ -205,20 +205,19 @@ def feedback(job: Job) -> None:
     replace_file(Path(job.out) / "feedback" / f"{job.student_id}.html", source=html)
 
 
-def warm_up(job: Job) -> None:
+def warm_up(config: Config, template: Path, assignment: str, notebook: str) -> None:
     """What every grading of the batch would do alike, done once in the batch's own process before it forks them, and
     inherited: the feedback page of the released notebook rendered (the modules and caches that loads: nbconvert's
     filters, its templates compiled, Pygments' lexer and the lesson's code highlighted, the Markdown parser), the lesson
     cells' names read (lessons.names' cache), and a gradebook opened (SQLAlchemy's first: 0.15 s), on a copy of the
     template's, which stays as it is."""
-    config, release = job.config, release_of(job)
-    copy_of = Path(job.template).parent / "warm-up.db"
-    shutil.copy(Path(job.template) / "gradebook.db", copy_of)
+    release = nbformat.read(template / "release" / assignment / notebook, as_version=4)
+    copy_of = template.parent / "warm-up.db"
+    shutil.copy(template / "gradebook.db", copy_of)
     with Gradebook(f"sqlite:///{copy_of}") as gb, warnings.catch_warnings():
         warnings.simplefilter("ignore", SAWarning)  # nbgrader's add_submission always sets SQLAlchemy off
         gb.update_or_create_student("warm-up")
-        gb.find_submission_notebook(Path(job.notebook).stem, job.assignment,
-                                    gb.add_submission(job.assignment, "warm-up").student.id)
+        gb.find_submission_notebook(Path(notebook).stem, assignment, gb.add_submission(assignment, "warm-up").student.id)
     copy_of.unlink()
     skippable(release, release)
     page = copy.deepcopy(release)
