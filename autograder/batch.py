@@ -3,6 +3,7 @@ happens; then the course's gradebook."""
 
 import copy
 import hashlib
+import multiprocessing
 import os
 import shutil
 import sys
@@ -175,6 +176,7 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
     scratch = Path(tempfile.mkdtemp(prefix="autograder-batch-"))  # this batch's alone (mode 0700); no kernel sees it
     # the warm kernels start (seconds: they import torch) while the template is made; a Dask worker makes its own
     pool = None if options.scheduler else Pool(options.jobs, config)
+    drawing = None
     try:
         template = scratch / "template"
         with step("making the assignment's template course (nbgrader generate_assignment)"):
@@ -210,6 +212,8 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
                                  secret=s.secret, due=due.get(s.student_id, ""), given_id=s.given_id)
 
         results, todo = plan(found, options, make_job, out)
+        drawing = Report(out, source, scratch, config,
+                         list(results.values()) + [{"student_id": j.student_id, "status": "to grade"} for j in todo])
         part = f" (shard {options.shard[0]} of {options.shard[1]})" if options.shard else ""
         where = f"on the workers of {options.scheduler}" if options.scheduler else f"{options.jobs} at a time"
         print(f"{assignment}{part}: {len(found)} students, {len(todo)} to grade ({len(found) - len(todo)} done before "
@@ -221,7 +225,7 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
                 from .distributed import run_on_dask
                 run_on_dask(options.scheduler, todo, deadline=deadline, progress=progress)
             elif todo:
-                pool.run(todo, deadline=deadline, progress=progress)
+                pool.run(todo, deadline=deadline, progress=progress, spare={drawing.process.pid})
         finally:  # whatever happened, every row graded so far goes into the table
             results |= {job.student_id: r for job in todo
                         if (r := read_result(out / "results" / f"{job.student_id}.json")) is not None}
@@ -229,9 +233,11 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
             write_table(out / "grades.csv", rows, list(points))
         if not options.shard:  # a shard's rows go into the gradebook with the others', by `merge`
             rows = record(cd, config, assignment, source.name, rows, out, scratch, list(points))
-        report(out, rows, source, scratch, config)
+        drawing.draw(rows)
         return rows
     finally:
+        if drawing is not None:
+            drawing.stop()
         if pool is not None:
             pool.close()
         shutil.rmtree(scratch, ignore_errors=True)
@@ -247,17 +253,41 @@ def record(cd, config, assignment: str, notebook: str, rows: list[dict], out: Pa
     return rows
 
 
-def report(out: Path, rows: list[dict], source: Path, scratch: Path, config: Config) -> None:
-    """report.html from the rows as grades.csv has them (after the gradebook: scores by hand, late penalties), with
-    the similar answers among the notebooks handed in (submitted/)."""
-    def draw():
-        # matplotlib keeps its font cache in the batch's scratch folder: grading writes nothing into HOME
-        os.environ["MPLCONFIGDIR"] = str(scratch / "matplotlib")
-        similar = similarity.find(rows, out / "submitted", source, config)
+class Report:
+    """report.html, drawn by a process of its own that starts before the hand-ins are graded: at low priority it loads
+    its libraries (copydetect, matplotlib and its fonts: 1-1.5 s) and finds the similar answers, which need only the
+    notebooks handed in, while the gradings run; it draws the page when the rows, as grades.csv has them (after the
+    gradebook: scores by hand, late penalties), come (`draw`). `students`: each one's id and status."""
+
+    def __init__(self, out: Path, source: Path, scratch: Path, config: Config, students: list[dict]):
+        receive, self.send = multiprocessing.get_context("fork").Pipe(duplex=False)
+        self.process = processes.fork(self.run, receive, out, source, scratch, config, students)
+        receive.close()
+
+    def run(self, receive, out: Path, source: Path, scratch: Path, config: Config, students: list[dict]) -> None:
+        self.send.close()
+        os.nice(10)  # the gradings beside it come first
+        os.environ["MPLCONFIGDIR"] = str(scratch / "matplotlib")  # its font cache: grading writes nothing into HOME
+        from matplotlib.figure import Figure  # noqa: F401  (the plots' module, loaded before the rows come)
+        similar = similarity.find(students, out / "submitted", source, config)
+        try:
+            rows = receive.recv()
+        except EOFError:
+            return  # the batch stopped before its rows were ready: no page
         write_report(out / "report.html", rows, source, similar)
 
-    with step("writing report.html"):
-        in_child(draw)
+    def draw(self, rows: list[dict]) -> None:
+        with step("writing report.html"):
+            self.send.send(rows)
+            self.send.close()
+            self.process.join()
+            if self.process.exitcode:
+                raise RuntimeError(f"its process ended with exit code {self.process.exitcode}; see the messages above")
+
+    def stop(self) -> None:
+        """No page: the batch stopped."""
+        if self.process.exitcode is None:
+            processes.kill([self.process.pid])
 
 
 def shard_outputs(folders: list[Path]) -> list[Path]:
@@ -308,7 +338,7 @@ def merge(folders: list[Path], out: Path | None, course: Path, settings: dict) -
         scratch = Path(tempfile.mkdtemp(prefix="autograder-merge-"))
         try:
             rows = record(cd, config, assignment, source.name, rows, out, scratch, list(points_of(source)))
-            report(out, rows, source, scratch, config)
+            Report(out, source, scratch, config, rows).draw(rows)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     summarise(rows, out, time.perf_counter() - wall, config)

@@ -214,6 +214,8 @@ class GuardedExecute(Execute):
     async def _trusted(self, cells: list, cell_index: int, after_test: bool) -> bool:
         """Check the kernel before the test `cells` (or after the first of them); if it was tampered with, say so in
         test cell `cell_index`, which then scores 0."""
+        if self.recording:  # the solution's own run: the instructor's code, with nothing to catch (14-24 checks: 0.3 s)
+            return True
         names, chains = (sorted(set().union(*found)) for found in zip(*(names_used(c.source) for c in cells)))
         for _ in range(2):  # once more after a kernel out of threads (a fork bomb's): a fresh check, nothing skipped
             canary = Canary(names, chains, self.probes, watch=self.preload)

@@ -25,7 +25,7 @@ from nbgrader.utils import parse_utc
 from sqlalchemy.exc import SAWarning
 from traitlets.config import Config
 
-from . import notebook, processes, reference
+from . import gradebook, notebook, processes, reference
 from .execute import GuardedExecute
 from .kernel import UNFENCED_WARNING
 from .lessons import skippable
@@ -116,6 +116,7 @@ def cell_name(nb, index: int | None) -> str:
 def prepare(job: Job, nb) -> Path:
     """A fresh scratch course holding the assignment's sources, a copy of the template gradebook and the notebook."""
     root = Path(job.scratch)
+    gradebook.forget_engines()  # an attempt before this one had the gradebook open
     shutil.rmtree(root, ignore_errors=True)
     try:
         shutil.copytree(Path(job.template) / "source", root / "source")
@@ -306,6 +307,7 @@ def grade(job: Job) -> Result:
 def run(job: Job) -> None:
     """Entry point of the grading process: grade, write out/results/<student>.json, leave nothing running."""
     processes.become_subreaper()
+    gradebook.share_engines()
     tempfile.tempdir = str(Path(job.template).parent)  # kernels' runtime folders go with the batch's scratch
     log = Path(job.out) / "logs" / f"{job.student_id}.log"
     handle = open(log, "w")

@@ -40,6 +40,26 @@ def alembic_head() -> str:
 
 
 nbgrader.api.get_alembic_version = alembic_head  # every gradebook a batch makes (its template, the course's)
+ENGINES: dict = {}  # gradebook URL -> its engine, in a process that shares them (share_engines)
+
+
+def share_engines() -> None:
+    """From now on in this process, one engine per gradebook URL: nbgrader opens a Gradebook a dozen times in a
+    grading, each with an engine of its own, and SQLAlchemy compiles every statement again for each (it keeps compiled
+    SQL per engine). `forget_engines` before a gradebook's file is replaced."""
+    def engine_for(url, **kw):
+        if str(url) not in ENGINES:
+            ENGINES[str(url)] = create_engine(url, **kw)
+        return ENGINES[str(url)]
+
+    nbgrader.api.create_engine = engine_for
+
+
+def forget_engines() -> None:
+    """Close the shared engines' connections: the files they were open on are about to be replaced."""
+    for engine in ENGINES.values():
+        engine.dispose()
+    ENGINES.clear()
 
 
 def is_postgres(db_url: str) -> bool:

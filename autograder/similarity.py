@@ -215,8 +215,8 @@ def similar_pairs(grade_id: str, answers: dict[str, str], released: str, setting
 
 
 def find(rows: list[dict], submitted: Path, source: Path, config: Config) -> Findings:
-    """Per exercise of the source notebook, the similar answers among the class's hand-ins (rows as in grades.csv;
-    each hand-in as the batch keeps it, submitted/<student_id>.ipynb)."""
+    """Per exercise of the source notebook, the similar answers among the class's hand-ins (rows: each student's id and
+    status, a 'missing' one having handed nothing in; each hand-in as the batch keeps it, submitted/<student_id>.ipynb)."""
     settings = Similarity(config=config)
     released = released_answers(source, config)
     by_exercise = {gid: {} for gid in released}

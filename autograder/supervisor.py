@@ -36,9 +36,7 @@ def result_path(job: grade_one.Job) -> Path:
 
 def start(job: grade_one.Job) -> multiprocessing.Process:
     """The grading in a forked process: the caller has imported the grader, so the fork is ready at once."""
-    process = multiprocessing.get_context("fork").Process(target=grade_one.run, args=(job,), name=job.student_id)
-    process.start()
-    return process
+    return processes.fork(grade_one.run, job, name=job.student_id)
 
 
 def settle(job: grade_one.Job, exitcode: int | None, deadline: float, crashed: str = "") -> int | None:
@@ -114,8 +112,9 @@ class Pool:
                 slot.stop()
         shutil.rmtree(self.folder, ignore_errors=True)
 
-    def run(self, todo: list[grade_one.Job], deadline: float, progress) -> None:
-        """Grade `todo`, a slot each at a time, each with a wall-clock limit; results land in out/results/.
+    def run(self, todo: list[grade_one.Job], deadline: float, progress, spare: set[int] = frozenset()) -> None:
+        """Grade `todo`, a slot each at a time, each with a wall-clock limit; results land in out/results/. `spare`:
+        processes of the batch's own beside the gradings, which a grading stopped at its deadline leaves running.
 
         A grading that fails for the grader's own reason stops the launching of new ones: BatchFailed once the
         running ones are done."""
@@ -137,7 +136,7 @@ class Pool:
                     free.append(slot)
                     if over:
                         processes.kill([process.pid])
-                        processes.stop_descendants(os.getpid(), spare={p.pid for p, *_ in running.values()} | self.spare())
+                        processes.stop_descendants(os.getpid(), spare={p.pid for p, *_ in running.values()} | self.spare() | spare)
                     else:
                         process.join()
                     if settle(job, None if over else process.exitcode, deadline) == grade_one.GRADER_FAILED:

@@ -490,6 +490,28 @@ def test_a_warm_kernel_is_reported_ended_only_when_every_process_it_started_is_g
         pool.close()
 
 
+def test_a_grading_stopped_at_its_deadline_leaves_the_batchs_own_processes_running(tmp_path, monkeypatch):
+    """The pool stops a grading past its deadline, with all it started, and a 'timeout' row says so; the processes it
+    is told to spare (the report's, which works beside the gradings) keep running."""
+    import time
+    from autograder import grade_one, processes, supervisor
+    monkeypatch.setattr(grade_one, "run", lambda job: time.sleep(600))  # a grading that never ends
+    pool = supervisor.Pool(1, Config({"SandboxedKernelManager": {"fork_warm": False}}))
+    bystander = processes.fork(time.sleep, 600)
+    try:
+        out = tmp_path / "out"
+        (out / "results").mkdir(parents=True)
+        job = grade_one.Job(student_id="slow", assignment="a", notebook="a.ipynb", submitted="", template="",
+                            scratch=str(tmp_path / "scratch"), out=str(out), config=Config(), points={"t1": 1.0})
+        pool.run([job], deadline=1, progress=batch.Progress(1), spare={bystander.pid})
+        row = json.loads((out / "results" / "slow.json").read_text())
+        assert row["status"] == "timeout" and "longer than 1 s" in row["message"], row
+        assert bystander.pid in processes.descendants(os.getpid()), "a process the pool was told to spare was stopped"
+    finally:
+        processes.kill([bystander.pid])
+        pool.close()
+
+
 def test_the_feedback_page_is_nbconverts_without_its_rewrite():
     """FeedbackPage (the course's GenerateFeedback.exporter_class) gives nbconvert's HTML page, once both are parsed
     alike, an alt text on every image without one included; it skips only the parse-and-rewrite pass."""

@@ -233,7 +233,7 @@ def report_page(tmp_path_factory):
     (out / "submitted" / "not_json.ipynb").write_text("my answers: 1. the mean")
     (out / "submitted" / "gone.ipynb").unlink()
     config = course_config.load(COURSE, {})
-    batch.report(out, rows, COURSE / "solutions" / ASSIGNMENT / NOTEBOOK, out, config)
+    batch.Report(out, COURSE / "solutions" / ASSIGNMENT / NOTEBOOK, out, config, rows).draw(rows)
     return (out / "report.html").read_text(), html_text(out / "report.html")
 
 
