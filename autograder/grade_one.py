@@ -219,6 +219,7 @@ def warm_up(config: Config, template: Path, assignment: str, notebook: str) -> N
         warnings.simplefilter("ignore", SAWarning)  # nbgrader's add_submission always sets SQLAlchemy off
         gb.update_or_create_student("warm-up")
         gb.find_submission_notebook(Path(notebook).stem, assignment, gb.add_submission(assignment, "warm-up").student.id)
+        gb.engine.dispose()  # its pooled connection closed: the gradings forked next share none with this process
     copy_of.unlink()
     skippable(release, release)
     page = copy.deepcopy(release)

@@ -126,3 +126,21 @@ def test_the_attacks_on_values_win_points_where_the_kernel_judges(tmp_path):
             for exercise in wins:
                 earned, most = exercise_points(scores, exercise, VALUES)
                 assert earned == most, f"{student} should win {exercise} from stock nbgrader: {scores}"
+
+
+def test_a_solution_failing_its_own_tests_grades_nobody(tmp_path):
+    """Where the solution fails one of its tests there is nothing to judge a hand-in against: the batch stops before
+    grading anyone, naming the test that failed, and writes no row."""
+    course = scratch_course(tmp_path / "course")
+    path = course / "solutions" / VALUES / NOTEBOOK
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if grading(cell).get("grade_id") == TOTAL:  # what ex3's tests refuse
+            cell.source = "def total(xs):\n    ### BEGIN SOLUTION\n    return sum(xs)\n    ### END SOLUTION"
+    nbformat.write(nb, path)
+    submissions = write_folder(tmp_path / "class", {"ana": write(right())}, NOTEBOOK)
+    result = grade(course, submissions, check=False, assignment=VALUES)
+    assert result.returncode != 0, result.stderr
+    said = result.stderr.strip().splitlines()[-1]
+    assert "the solution fails its own tests" in said and "ex3_total_tests" in said, said
+    assert not list((course / "autograder" / "grades" / VALUES / "results").glob("*.json")), "a hand-in was graded"
