@@ -287,7 +287,7 @@ class Report:
     def stop(self) -> None:
         """No page: the batch stopped."""
         if self.process.exitcode is None:
-            processes.kill([self.process.pid])
+            processes.end(self.process)
 
 
 def shard_outputs(folders: list[Path]) -> list[Path]:

@@ -66,6 +66,14 @@ def kill(pids: list[int]) -> None:
             pass  # not our child: its own parent, or init, collects it
 
 
+def end(process: multiprocessing.Process) -> None:
+    """SIGKILL a process forked with `fork` and collect it through multiprocessing, which then knows it ended: one
+    collected behind its back stays in multiprocessing's list of children, whose every later poll of its PID could
+    collect another child that got the PID since."""
+    process.kill()
+    process.join()
+
+
 def stop_descendants(pid: int, spare: set[int] = frozenset()) -> int:
     """Stop every descendant of `pid` outside the subtrees of `spare`, until none is left; return how many."""
     stopped = 0

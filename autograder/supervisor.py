@@ -65,7 +65,7 @@ def supervise(job: grade_one.Job, deadline: float, stop_asked=lambda: False, pol
     finally:
         over = process.exitcode is None
         if over:
-            processes.kill([process.pid])
+            processes.end(process)
         processes.stop_descendants(os.getpid())
     return settle(job, None if over else process.exitcode, deadline)
 
@@ -135,7 +135,7 @@ class Pool:
                     del running[sentinel]
                     free.append(slot)
                     if over:
-                        processes.kill([process.pid])
+                        processes.end(process)
                         processes.stop_descendants(os.getpid(), spare={p.pid for p, *_ in running.values()} | self.spare() | spare)
                     else:
                         process.join()
@@ -145,7 +145,7 @@ class Pool:
                     progress.update(read_result(result_path(job)))
         except KeyboardInterrupt:
             for process, *_ in running.values():
-                processes.kill([process.pid])
+                processes.end(process)
             self.close()
             processes.stop_descendants(os.getpid())
             print(f"\ninterrupted: {progress.done} graded; run the same command again to grade the rest", file=sys.stderr)

@@ -493,6 +493,7 @@ def test_a_warm_kernel_is_reported_ended_only_when_every_process_it_started_is_g
 def test_a_grading_stopped_at_its_deadline_leaves_the_batchs_own_processes_running(tmp_path, monkeypatch):
     """The pool stops a grading past its deadline, with all it started, and a 'timeout' row says so; the processes it
     is told to spare (the report's, which works beside the gradings) keep running."""
+    import multiprocessing
     import time
     from autograder import grade_one, processes, supervisor
     monkeypatch.setattr(grade_one, "run", lambda job: time.sleep(600))  # a grading that never ends
@@ -508,8 +509,9 @@ def test_a_grading_stopped_at_its_deadline_leaves_the_batchs_own_processes_runni
         assert row["status"] == "timeout" and "longer than 1 s" in row["message"], row
         assert bystander.pid in processes.descendants(os.getpid()), "a process the pool was told to spare was stopped"
     finally:
-        processes.kill([bystander.pid])
+        processes.end(bystander)
         pool.close()
+    assert not multiprocessing.active_children(), "a process the pool ended is still listed as running"
 
 
 def test_the_feedback_page_is_nbconverts_without_its_rewrite():
