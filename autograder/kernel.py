@@ -177,14 +177,16 @@ class SandboxedKernelManager(AsyncKernelManager):
         return await super()._async_pre_start_kernel(**kw)
 
     def processes_inside(self) -> int:
-        """How many processes run in the sandbox besides the kernel (and bwrap's own init)."""
+        """How many processes run in the sandbox besides the kernel (and bwrap's own init), torchcourse.launch's fork
+        server and resource tracker not counted (warm kernels, which count them, are not used beside a GPU)."""
         process = getattr(self.provisioner, "process", None)
         if process is None or process.poll() is not None:
             return 0
         if isinstance(process, WarmKernel):
             return process.count()
         below = processes.running(processes.descendants(process.pid))
-        return max(0, len(below) - (1 if self.unfenced else 2))
+        helpers = processes.launch_helpers(below)  # torchcourse.launch's, beside a GPU
+        return max(0, len(below) - len(helpers) - (1 if self.unfenced else 2))
 
     async def _async_wait(self, pollinterval: float = 0.1) -> None:
         # jupyter_client looks every 100 ms whether a kernel told to stop has: a killed kernel is gone in milliseconds

@@ -36,6 +36,24 @@ def running(pids: list[int]) -> list[int]:
     return alive
 
 
+# What torchcourse.launch leaves in a kernel beside a GPU, where it starts ranks from a fork server: multiprocessing's
+# fork server and resource tracker, which end with the kernel. Told apart by their command line, which a hand-in could
+# copy: a process of its own would then be missing from the row's note only (it is stopped with the rest all the same).
+LAUNCH_HELPERS = ("from multiprocessing.forkserver import main", "from multiprocessing.resource_tracker import main")
+
+
+def launch_helpers(pids: list[int]) -> list[int]:
+    """Those of `pids` that are multiprocessing's fork server or resource tracker (see LAUNCH_HELPERS)."""
+    found = []
+    for p in pids:
+        try:
+            if any(arg.startswith(LAUNCH_HELPERS) for arg in psutil.Process(p).cmdline()):
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
 def descendants(pid: int, spare: set[int] = frozenset()) -> list[int]:
     """Every process below `pid`, outside the subtrees of `spare`."""
     try:

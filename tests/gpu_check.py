@@ -2,7 +2,8 @@
 then write a short Markdown report: each notebook's time, peak GPU memory and CUDA cells, each CUDA test passed or
 failed.
 
-    python tests/gpu_check.py [--out report.md] [--timeout SECONDS_PER_CELL] [--only 05_devices ...]
+    python tests/gpu_check.py [--out report.md] [--timeout SECONDS_PER_CELL] [--only 05_devices ...] [--jobs N]
+                              [--executed FOLDER]
 
 Where `torch.cuda.is_available()` is False it refuses at once, with exit status 2 and a message saying why: the CPU
 runs of these branches are what `make test` does already. Exit status 1 when a notebook or a CUDA test failed.
@@ -12,10 +13,13 @@ What counts as a CUDA branch:
   `if torch.cuda.is_available():` blocks); the whole notebook runs, so every such cell runs on the GPU;
 - in tests/, every test function whose source (decorators included) names `cuda`, run with pytest.
 A notebook's peak memory is `torch.cuda.max_memory_allocated()`, read by a cell appended to it after its last cell.
+With `--jobs N` N notebooks run at once (and the tests beside them): a lent GPU machine is paid by the minute, but the
+times then include the others' load, as the report says. `--executed FOLDER` keeps each notebook with its outputs.
 """
 
 import argparse
 import ast
+import multiprocessing
 import json
 import re
 import subprocess
@@ -73,8 +77,9 @@ def cuda_tests(folder: Path = ROOT / "tests") -> list[str]:
     return found
 
 
-def run_notebook(path: Path, timeout: int) -> dict:
-    """Execute one notebook with a probe cell appended: its time, errors, stderr, CUDA cells and peak GPU memory."""
+def run_notebook(path: Path, timeout: int, executed: Path | None = None) -> dict:
+    """Execute one notebook with a probe cell appended: its time, errors, stderr, CUDA cells and peak GPU memory;
+    the notebook with its outputs goes into `executed` where given."""
     nb = read(path)
     nb.cells.append(nbformat.v4.new_code_cell(PROBE, id=PROBE_ID))
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
@@ -85,6 +90,8 @@ def run_notebook(path: Path, timeout: int) -> dict:
     except Exception as error:  # a cell past its timeout, a dead kernel: the cells after it did not run
         stopped = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200] if str(error).strip() else ''}"
     seconds = time.perf_counter() - start
+    if executed:
+        nbformat.write(nb, executed / path.name)
     errors, stderr, probe = {}, {}, {}
     for cell in nb.cells:
         for output in cell.get("outputs", []):
@@ -100,26 +107,30 @@ def run_notebook(path: Path, timeout: int) -> dict:
             "stderr": stderr, "cuda_cells": cells, "peak_bytes": probe.get("peak_bytes"), "cuda_used": probe.get("cuda_used")}
 
 
-def run_tests(node_ids: list[str]) -> list[dict]:
-    """Run the CUDA tests with pytest; each test case's outcome, read from pytest's JUnit XML report."""
+def start_tests(node_ids: list[str], folder: Path) -> subprocess.Popen:
+    """Start pytest on the CUDA tests, its JUnit XML report in `folder` (read by `read_outcomes`)."""
+    return subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                             f"--junitxml={folder / 'junit.xml'}", *node_ids],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def read_outcomes(node_ids: list[str], folder: Path) -> list[dict]:
+    """Each CUDA test case's outcome, read from the JUnit XML report of its finished pytest run."""
     if not node_ids:
         return []
-    with tempfile.TemporaryDirectory() as folder:
-        xml = Path(folder) / "junit.xml"
-        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *node_ids],
-                       cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if not xml.exists():
-            return [{"test": node, "outcome": "error", "message": "pytest wrote no report"} for node in node_ids]
-        cases = []
-        for case in ElementTree.parse(xml).iter("testcase"):
-            outcome, message = "passed", ""
-            for child in case:
-                if child.tag in ("failure", "error", "skipped"):
-                    outcome = {"failure": "failed"}.get(child.tag, child.tag)
-                    message = (child.get("message") or "").strip().splitlines()[0][:200] if child.get("message") else ""
-            cases.append({"test": f"{case.get('classname')}::{case.get('name')}", "seconds": float(case.get("time", 0)),
-                          "outcome": outcome, "message": message})
-        return cases
+    xml = folder / "junit.xml"
+    if not xml.exists():
+        return [{"test": node, "outcome": "error", "message": "pytest wrote no report"} for node in node_ids]
+    cases = []
+    for case in ElementTree.parse(xml).iter("testcase"):
+        outcome, message = "passed", ""
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                outcome = {"failure": "failed"}.get(child.tag, child.tag)
+                message = (child.get("message") or "").strip().splitlines()[0][:200] if child.get("message") else ""
+        cases.append({"test": f"{case.get('classname')}::{case.get('name')}", "seconds": float(case.get("time", 0)),
+                      "outcome": outcome, "message": message})
+    return cases
 
 
 def report(device: str, notebooks: list[dict], tests: list[dict]) -> str:
@@ -163,6 +174,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, help="where to write the report (default: a new file in the temporary folder)")
     parser.add_argument("--timeout", type=int, default=1200, help="seconds a notebook cell may run (default 1200)")
     parser.add_argument("--only", nargs="*", default=None, help="assignments to run (default: all)")
+    parser.add_argument("--jobs", type=int, default=1, help="notebooks run at once (default 1: times undisturbed)")
+    parser.add_argument("--executed", type=Path, help="a folder to keep each notebook in, with its outputs")
     args = parser.parse_args(argv)
     why = refusal()
     if why:
@@ -170,15 +183,27 @@ def main(argv=None) -> int:
         return 2
     import torch
     device = f"{torch.cuda.get_device_name(0)} ({torch.cuda.device_count()} GPU(s)), torch {torch.__version__}, CUDA {torch.version.cuda}"
+    if args.jobs > 1:
+        device += f"; {args.jobs} notebooks and the tests ran at once: each time includes the others' load"
     print("gpu-check on", device, flush=True)
-    notebooks = []
-    for assignment in args.only or assignments():
-        result = run_notebook(source_path(assignment), args.timeout)
-        notebooks.append(result)
-        print(f"  {result['notebook']}: {result['seconds']:.1f} s, {len(result['errors'])} failing cells", flush=True)
+    if args.executed:
+        args.executed.mkdir(parents=True, exist_ok=True)
     nodes = cuda_tests()
-    print(f"  running {len(nodes)} tests with a CUDA branch", flush=True)
-    tests = run_tests(nodes)
+    with tempfile.TemporaryDirectory() as folder:
+        pytest_run = start_tests(nodes, Path(folder)) if nodes and args.jobs > 1 else None
+        # spawn, not fork: this process has made a CUDA context (get_device_name above)
+        with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+            runs = [pool.apply_async(run_notebook, (source_path(a), args.timeout, args.executed))
+                    for a in args.only or assignments()]
+            notebooks = []
+            for run in runs:
+                notebooks.append(run.get())
+                print(f"  {notebooks[-1]['notebook']}: {notebooks[-1]['seconds']:.1f} s, "
+                      f"{len(notebooks[-1]['errors'])} failing cells", flush=True)
+        print(f"  running {len(nodes)} tests with a CUDA branch", flush=True)
+        if nodes:
+            (pytest_run or start_tests(nodes, Path(folder))).wait()
+        tests = read_outcomes(nodes, Path(folder))
     out = args.out or Path(tempfile.gettempdir()) / f"gpu-check-{time.strftime('%Y%m%d-%H%M%S')}.md"
     out.write_text(report(device, notebooks, tests))
     print(f"report: {out}")

@@ -44,3 +44,20 @@ def test_report_lists_times_memory_cells_and_tests():
     assert "- cell `ex2_train_step_hidden` failed: AssertionError: on CUDA ..." in text
     assert "| `tests.test_launch::test_x` | passed | 0.5 |  |" in text
     assert "0 of 1 notebooks ran cleanly; 1 CUDA tests passed, 0 failed, 0 skipped." in text
+
+
+@pytest.mark.slow
+def test_runs_notebooks_at_once_and_keeps_each_with_its_outputs(tmp_path, monkeypatch):
+    """The run itself, here on the CPU with the refusal lifted: two notebooks at once, each kept executed, one report."""
+    monkeypatch.setattr(gpu_check, "refusal", lambda: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "a stand-in GPU")
+    monkeypatch.setattr(gpu_check, "cuda_tests", lambda: [])
+    out, kept = tmp_path / "report.md", tmp_path / "executed"
+    assert gpu_check.main(["--only", "02_autograd", "03_modules", "--jobs", "2", "--executed", str(kept),
+                           "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "2 notebooks and the tests ran at once" in text and "2 of 2 notebooks ran cleanly" in text
+    for name in ("02_autograd", "03_modules"):
+        assert f"| solutions/{name}/{name}.ipynb |" in text
+        executed = read(kept / f"{name}.ipynb")
+        assert all(c.execution_count for c in executed.cells if c.cell_type == "code"), name

@@ -10,9 +10,14 @@
     results = launch(worker, 2, 100)  # [rank 0's return value, rank 1's]
 
 Why not `torch.multiprocessing.spawn`? A spawned process is a fresh interpreter that imports the worker by name,
-and a function defined in a notebook has no module to import it from. A forked process is a copy of the notebook's
-own process, so it has the function already. Fork has its own rule: a process that has used CUDA cannot fork
-children that use CUDA. `launch` checks both and says what to do.
+and a function defined in a notebook has no module to import it from. Two ways round that:
+- fork: a forked process is a copy of the notebook's own process, so it has the function already. `launch` forks
+  where the platform can and the machine has no CUDA GPU;
+- a fresh process that receives the worker pickled by value (cloudpickle: a notebook's functions, and the notebook's
+  objects they read, travel with it). Beside a CUDA GPU fork cannot be trusted: a child of a process that used CUDA
+  cannot use it, and once this process has run any backward (on the CPU too: autograd then starts a thread per GPU)
+  a forked child's backward fails. There `launch` starts the ranks from a fork server, a fresh process that imported
+  torch once and never touches CUDA.
 """
 
 import ctypes
@@ -71,6 +76,17 @@ def to_cpu(obj):
     return obj
 
 
+def default_start_method() -> str:
+    """"fork" where the platform has it and no CUDA GPU is present; beside a GPU "forkserver"; else "spawn".
+    TORCHCOURSE_START_METHOD, where set, names it instead (to take a GPU machine's way on a CPU, say)."""
+    methods = multiprocessing.get_all_start_methods()
+    if os.environ.get("TORCHCOURSE_START_METHOD") in methods:
+        return os.environ["TORCHCOURSE_START_METHOD"]
+    if "fork" in methods and not torch.cuda.is_available():
+        return "fork"
+    return "forkserver" if "forkserver" in methods else "spawn"
+
+
 def launch(worker, world_size: int, *args, timeout: float = 120.0, backend: str | None = None,
            num_threads: int | None = None, start_method: str | None = None) -> list:
     """Run `worker(rank, world_size, *args)` in `world_size` processes; return their results in rank order.
@@ -83,9 +99,12 @@ def launch(worker, world_size: int, *args, timeout: float = 120.0, backend: str 
       `rank_device`), else "gloo" with every rank on the CPU.
     - num_threads: torch threads per process. None means 1 with gloo: the ranks share the CPU's cores, and more
       threads than cores makes every rank wait for the others. Forked ranks always run with 1 (torch's OpenMP
-      thread pool cannot restart in a forked child: it hangs); with spawn and NCCL, None keeps torch's default.
-    - start_method: None means "fork" where the platform has it (Linux, macOS, Colab), so that a worker defined
-      in a notebook works; else "spawn", which needs the worker in an importable module (a .py file).
+      thread pool cannot restart in a forked child: it hangs); otherwise, with NCCL, None keeps torch's default.
+    - start_method: None means `default_start_method()`: "fork" where the platform has it and no CUDA GPU is
+      present (Linux, macOS, Colab on a CPU), "forkserver" beside a GPU, else "spawn". Forked ranks share what
+      the process holds; the others receive the worker and the arguments pickled with cloudpickle, which carries a
+      function defined in a notebook by value with the notebook's objects it reads, but not changes made to
+      imported modules (set those inside the worker).
     - The results travel back pickled, with every tensor moved to the CPU first.
 
     Failures: an exception in a worker is raised here as a RuntimeError that names the rank and quotes the remote
@@ -102,23 +121,18 @@ def launch(worker, world_size: int, *args, timeout: float = 120.0, backend: str 
     if under_torchrun():
         return [_run_in_this_process(worker, world_size, args, backend)]
 
-    methods = multiprocessing.get_all_start_methods()
-    start_method = start_method or ("fork" if "fork" in methods else "spawn")
+    start_method = start_method or default_start_method()
     backend = backend or choose_backend(world_size)
     if start_method == "fork" and backend == "nccl" and _cuda_spoils_fork():
         raise RuntimeError(
             "CUDA is already initialised in this process, and a forked child cannot initialise it again, so the "
-            "ranks cannot use the GPUs. Restart the kernel and call launch() before anything touches CUDA: no "
-            "tensor on the GPU, no memory statistics, no autocast on cuda, and set "
-            "os.environ['PYTORCH_NVML_BASED_CUDA_CHECK'] = '1' before the first torch.cuda.is_available() (which "
-            "otherwise spoils fork too). Or pass backend='gloo' to run every rank on the CPU, or put the worker in "
-            "a .py file and run it with torchrun.")
-    if start_method != "fork" and getattr(worker, "__module__", None) == "__main__" \
-            and not hasattr(sys.modules["__main__"], "__file__"):
-        raise RuntimeError(
-            f"'{start_method}' starts fresh interpreters that import the worker by name, and "
-            f"{getattr(worker, '__qualname__', worker)!r} lives in a notebook, which they cannot import "
-            "(this platform has no fork). Move the worker into a .py file next to the notebook and import it.")
+            "ranks cannot use the GPUs. Leave start_method to launch (it then starts the ranks from a fork server "
+            "that never touched CUDA), or pass backend='gloo' to run every rank on the CPU, or put the worker in a "
+            ".py file and run it with torchrun.")
+    if start_method == "fork":
+        task = (worker, args)
+    else:
+        task = _pickled(worker, args, start_method)
     if start_method == "fork" and num_threads not in (None, 1):
         raise ValueError(
             f"num_threads={num_threads}: forked ranks run with one thread each. GNU OpenMP, which torch's CPU "
@@ -128,18 +142,20 @@ def launch(worker, world_size: int, *args, timeout: float = 120.0, backend: str 
     if num_threads is None and (start_method == "fork" or backend == "gloo"):
         num_threads = 1
 
-    if start_method == "fork":
-        # DistributedDataParallel's constructor imports torch._dynamo, which takes seconds; imported once here,
-        # every forked rank inherits it instead of paying for it again.
-        import torch._dynamo  # noqa: F401
+    # DistributedDataParallel's constructor imports torch._dynamo, which takes seconds; imported once here (or by
+    # the fork server), every forked rank inherits it instead of paying for it again.
     context = multiprocessing.get_context(start_method)
+    if start_method == "fork":
+        import torch._dynamo  # noqa: F401
+    elif start_method == "forkserver":
+        context.set_forkserver_preload([__name__, "torch._dynamo"])
     port = free_port()
     processes, readers, finished = [], [], False
     try:
         for rank in range(world_size):
             reader, writer = context.Pipe(duplex=False)
             process = context.Process(target=_child, name=f"rank-{rank}",
-                                      args=(worker, rank, world_size, args, backend, port, num_threads, writer))
+                                      args=(task, rank, world_size, backend, port, num_threads, writer))
             with warnings.catch_warnings():  # Python 3.12+ warns about fork in any process with threads (Jupyter's)
                 warnings.filterwarnings("ignore", message=".*use of fork\\(\\) may lead to deadlocks", category=DeprecationWarning)
                 process.start()
@@ -153,6 +169,18 @@ def launch(worker, world_size: int, *args, timeout: float = 120.0, backend: str 
         _stop(processes, grace=3.0 if finished else 0.0)
         for reader in readers:
             reader.close()
+
+
+def _pickled(worker, args, start_method) -> bytes:
+    """The worker and its arguments, pickled by cloudpickle for ranks that are not forks of this process."""
+    import cloudpickle
+    try:
+        return cloudpickle.dumps((worker, args))
+    except Exception as error:
+        raise RuntimeError(
+            f"launch starts the ranks with {start_method!r} here, so the worker and its arguments travel pickled "
+            f"(cloudpickle), and they cannot be: {type(error).__name__}: {error}. Let the worker build what cannot "
+            "be pickled (an open file, a DataLoader's iterator, a lock) itself.") from error
 
 
 def _cuda_spoils_fork() -> bool:
@@ -224,13 +252,15 @@ def _die_with_parent():
             pass
 
 
-def _child(worker, rank, world_size, args, backend, port, num_threads, writer):
-    """One rank: set up the environment and the process group, run the worker, send back the result or the error."""
+def _child(task, rank, world_size, backend, port, num_threads, writer):
+    """One rank: set up the environment and the process group, run the worker, send back the result or the error.
+    `task` is (worker, args), or those pickled by `_pickled` where the rank is not a fork of the launching process."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles the stop button and then stops us
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
     try:
+        worker, args = pickle.loads(task) if isinstance(task, bytes) else task
         if num_threads is not None:
             torch.set_num_threads(num_threads)
         if backend == "nccl":
