@@ -39,9 +39,9 @@ def fork_server():
 
 def test_ranks_start_from_a_fork_server_beside_a_gpu_and_are_forked_elsewhere(monkeypatch):
     monkeypatch.delenv("TORCHCOURSE_START_METHOD", raising=False)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
     assert default_start_method() == "fork"
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)  # a CUDA GPU (or Apple's MPS)
     assert default_start_method() == "forkserver"
     monkeypatch.setenv("TORCHCOURSE_START_METHOD", "spawn")  # to take another machine's way (tests, a CPU)
     assert default_start_method() == "spawn"

@@ -12,7 +12,7 @@
 Why not `torch.multiprocessing.spawn`? A spawned process is a fresh interpreter that imports the worker by name,
 and a function defined in a notebook has no module to import it from. Two ways round that:
 - fork: a forked process is a copy of the notebook's own process, so it has the function already. `launch` forks
-  where the platform can and the machine has no CUDA GPU;
+  where the platform can and the machine has no accelerator (no CUDA GPU);
 - a fresh process that receives the worker pickled by value (cloudpickle: a notebook's functions, and the notebook's
   objects they read, travel with it). Beside a CUDA GPU fork cannot be trusted: a child of a process that used CUDA
   cannot use it, and once this process has run any backward (on the CPU too: autograd then starts a thread per GPU)
@@ -77,12 +77,13 @@ def to_cpu(obj):
 
 
 def default_start_method() -> str:
-    """"fork" where the platform has it and no CUDA GPU is present; beside a GPU "forkserver"; else "spawn".
+    """"fork" where the platform has it and the machine has no accelerator; beside one "forkserver"; else "spawn".
     TORCHCOURSE_START_METHOD, where set, names it instead (to take a GPU machine's way on a CPU, say)."""
     methods = multiprocessing.get_all_start_methods()
     if os.environ.get("TORCHCOURSE_START_METHOD") in methods:
         return os.environ["TORCHCOURSE_START_METHOD"]
-    if "fork" in methods and not torch.cuda.is_available():
+    # autograd starts a thread per device of every accelerator (a CUDA GPU; Apple's MPS by the same code, not seen here)
+    if "fork" in methods and not torch.accelerator.is_available():
         return "fork"
     return "forkserver" if "forkserver" in methods else "spawn"
 
@@ -100,8 +101,8 @@ def launch(worker, world_size: int, *args, timeout: float = 120.0, backend: str 
     - num_threads: torch threads per process. None means 1 with gloo: the ranks share the CPU's cores, and more
       threads than cores makes every rank wait for the others. Forked ranks always run with 1 (torch's OpenMP
       thread pool cannot restart in a forked child: it hangs); otherwise, with NCCL, None keeps torch's default.
-    - start_method: None means `default_start_method()`: "fork" where the platform has it and no CUDA GPU is
-      present (Linux, macOS, Colab on a CPU), "forkserver" beside a GPU, else "spawn". Forked ranks share what
+    - start_method: None means `default_start_method()`: "fork" where the platform has it and the machine has no
+      accelerator (Linux, macOS, Colab on a CPU), "forkserver" beside a GPU, else "spawn". Forked ranks share what
       the process holds; the others receive the worker and the arguments pickled with cloudpickle, which carries a
       function defined in a notebook by value with the notebook's objects it reads, but not changes made to
       imported modules (set those inside the worker).
