@@ -43,3 +43,13 @@ def require(need: str, problem: str | None):
         if os.environ.get("CI"):  # .ci/run sets it: CI must not pass without what the tests need
             pytest.fail(reason)
         pytest.skip(reason)
+
+
+@pytest.fixture
+def fork_server():
+    """Stops multiprocessing's fork server and resource tracker after a test that started them (torchcourse.launch
+    beside a GPU does): they would otherwise live as long as the test's process."""
+    yield
+    from multiprocessing import forkserver, resource_tracker
+    forkserver._forkserver._stop()
+    resource_tracker._resource_tracker._stop()

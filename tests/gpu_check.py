@@ -19,8 +19,8 @@ times then include the others' load, as the report says. `--executed FOLDER` kee
 
 import argparse
 import ast
-import multiprocessing
 import json
+import multiprocessing
 import re
 import subprocess
 import sys

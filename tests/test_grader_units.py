@@ -535,11 +535,11 @@ def test_the_feedback_page_is_nbconverts_without_its_rewrite():
     assert GenerateFeedback(config=shipped).exporter_class is FeedbackPage
 
 
-def test_launchs_fork_server_and_resource_tracker_are_not_counted_as_left_by_the_notebook():
+def test_launchs_fork_server_and_resource_tracker_are_not_counted_as_left_by_the_notebook(fork_server):
     """Beside a GPU, torchcourse.launch starts ranks from multiprocessing's fork server, which (with its resource
     tracker) lives as long as the kernel: a row must not say every notebook that launched left processes running."""
     import multiprocessing
-    from multiprocessing import forkserver, resource_tracker
+    import psutil
     from autograder import processes
     context = multiprocessing.get_context("forkserver")
     rank = context.Process(target=os.getpid)  # the first one starts the server and the tracker
@@ -550,17 +550,7 @@ def test_launchs_fork_server_and_resource_tracker_are_not_counted_as_left_by_the
         below = processes.running(processes.descendants(os.getpid()))
         helpers = processes.launch_helpers(below)
         assert stray.pid in below and stray.pid not in helpers
-        assert len(helpers) == 2, [psutil_cmdline(p) for p in below]
+        assert len(helpers) == 2, [psutil.Process(p).cmdline() for p in below]
     finally:
         stray.kill()
         stray.wait()
-        forkserver._forkserver._stop()
-        resource_tracker._resource_tracker._stop()
-
-
-def psutil_cmdline(pid):
-    import psutil
-    try:
-        return psutil.Process(pid).cmdline()
-    except psutil.Error:
-        return None

@@ -28,15 +28,6 @@ def backward_on_the_best_device(rank, world_size):
     return device, w.grad.tolist()
 
 
-@pytest.fixture
-def fork_server():
-    """Stops the fork server a test started, and its resource tracker (they would live as long as the test process)."""
-    yield
-    from multiprocessing import forkserver, resource_tracker
-    forkserver._forkserver._stop()
-    resource_tracker._resource_tracker._stop()
-
-
 def test_ranks_start_from_a_fork_server_beside_a_gpu_and_are_forked_elsewhere(monkeypatch):
     monkeypatch.delenv("TORCHCOURSE_START_METHOD", raising=False)
     monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
