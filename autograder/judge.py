@@ -62,12 +62,15 @@ def as_graded(source: str) -> str:
     return data.decode()
 
 
-def sent(outputs: list) -> tuple[list[dict], list]:
-    """The values a test cell's kernel sent, and its other outputs."""
+def sent(outputs: list) -> tuple[list, list]:
+    """The values a test cell's kernel sent (testing.expect sends a cell's values as one list), and its other outputs."""
     found, others = [], []
     for output in outputs:
-        record = output.get("data", {}).get(MIME) if output.get("output_type") == "display_data" else None
-        (found if record is not None else others).append(record if record is not None else output)
+        records = output.get("data", {}).get(MIME) if output.get("output_type") == "display_data" else None
+        if records is None:
+            others.append(output)
+        else:
+            found += records if isinstance(records, list) else [records]
     return found, others
 
 

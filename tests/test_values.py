@@ -141,3 +141,28 @@ def test_a_grading_removes_the_helpers_that_compute_expected_values():
     assert graded == ('pass\n\ndef helper(x):\n    return x\n\nif True:\n    pass\n'
                       'expect("a", helper(1))\nexpect("b", helper(2))\n')
     compile(graded, "cell", "exec")
+
+
+def test_a_cells_values_leave_in_one_message_when_it_ends():
+    """In a grading, `expect` without `want` sends what a cell checked as one display message when the cell ends,
+    even when it fails (a hidden test of 01 checks 666 values: one message each cost the grader a second a hand-in);
+    the grader reads the values from it in order, and a cell that checks nothing sends nothing."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    from autograder.judge import sent
+    from torchcourse.values import MIME
+    shell = InteractiveShell.instance()
+    try:
+        with capture_output() as first:
+            shell.run_cell("from torchcourse.testing import expect\nfor k in range(300):\n    expect(f'v{k}', k)\n"
+                           "raise ValueError('the cell fails after its values')")
+        with capture_output() as second:
+            shell.run_cell("x = 1")
+    finally:
+        InteractiveShell.clear_instance()
+    messages = [{"output_type": "display_data", "data": o.data} for o in first.outputs if MIME in o.data]
+    values, others = sent(messages)
+    assert len(messages) == 1 and not others
+    assert [v["label"] for v in values] == [f"v{k}" for k in range(300)] and values[7]["value"] == plain(7)
+    assert not any(MIME in o.data for o in second.outputs)
