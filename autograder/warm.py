@@ -164,7 +164,11 @@ def run_kernel(order: dict, stdout: int, stderr: int) -> None:
     del sys.path[0]  # this script's folder
     sys.argv = ["ipykernel_launcher", *order["argv"]]  # -f CONNECTION_FILE and nbclient's own (an in-memory history)
     from ipykernel import kernelapp
-    kernelapp.launch_new_instance()
+    app = kernelapp.IPKernelApp.instance()  # as kernelapp.launch_new_instance() does, with one step between
+    app.initialize()
+    if "ipywidgets" in sys.modules:  # the parent imported it before there was a kernel to register its comm targets with
+        sys.modules["ipywidgets"].register_comm_target()
+    app.start()
 
 
 def code_of(status: int) -> int:
