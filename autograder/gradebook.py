@@ -17,7 +17,7 @@ from nbgrader.converters import GenerateAssignment
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import AssignLatePenalties
 from nbgrader.utils import parse_utc
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SAWarning
 from sqlalchemy.pool import NullPool
@@ -44,12 +44,15 @@ ENGINES: dict = {}  # gradebook URL -> its engine, in a process that shares them
 
 
 def share_engines() -> None:
-    """From now on in this process, one engine per gradebook URL: nbgrader opens a Gradebook a dozen times in a
-    grading, each with an engine of its own, and SQLAlchemy compiles every statement again for each (it keeps compiled
-    SQL per engine). `forget_engines` before a gradebook's file is replaced."""
+    """From now on in this process (a grading's, whose gradebook is its scratch copy), one engine per gradebook URL:
+    nbgrader opens a Gradebook a dozen times in a grading, each with an engine of its own, and SQLAlchemy compiles
+    every statement again for each (it keeps compiled SQL per engine). `forget_engines` before a gradebook's file is
+    replaced. A scratch SQLite file is read once and deleted: its commits (about 40) need not reach the disk."""
     def engine_for(url, **kw):
         if str(url) not in ENGINES:
-            ENGINES[str(url)] = create_engine(url, **kw)
+            ENGINES[str(url)] = engine = create_engine(url, **kw)
+            if engine.dialect.name == "sqlite":
+                event.listen(engine, "connect", lambda connection, _: connection.execute("PRAGMA synchronous = OFF"))
         return ENGINES[str(url)]
 
     nbgrader.api.create_engine = engine_for
