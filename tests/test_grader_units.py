@@ -467,9 +467,9 @@ def test_a_warm_kernel_is_reported_ended_only_when_every_process_it_started_is_g
     config = Config({"SandboxedKernelManager": {"warm_modules": [], "processes": 128}})
     pool = supervisor.Pool(1, config).ready()
     try:
-        assert pool.socket_of(0), "no warm parent on this machine"
-        config.SandboxedKernelManager.warm = pool.socket_of(0)
-        parent = pool.slots[0].process.pid
+        assert pool.warm_socket(), "no warm parent on this machine"
+        config.SandboxedKernelManager.warm = pool.warm_socket()
+        parent = pool.parent.process.pid
         before, forked = set(processes.descendants(parent)), []
         for _ in range(2):
             manager = SandboxedKernelManager(kernel_name="python3", config=config)
