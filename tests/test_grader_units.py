@@ -461,13 +461,15 @@ def test_a_damaged_zip_member_costs_its_own_row(tmp_path):
 def test_a_warm_kernel_is_reported_ended_only_when_every_process_it_started_is_gone():
     """A kernel forked from a warm parent, which forked up to its process limit, is reported ended (shutdown returns)
     only when every process of its namespace is gone: they count against the limit of the next kernel forked there,
-    which then forks as many."""
+    which then forks as many. One parent serves all the slots of a pool; ipywidgets, imported by the parent before
+    any kernel existed, has its comm targets in each kernel (as a kernel that imports it itself has)."""
     from jupyter_client.utils import run_sync
     from autograder import processes, supervisor
-    config = Config({"SandboxedKernelManager": {"warm_modules": [], "processes": 128}})
-    pool = supervisor.Pool(1, config).ready()
+    config = Config({"SandboxedKernelManager": {"warm_modules": ["ipywidgets"], "processes": 128}})
+    pool = supervisor.Pool(2, config).ready()
     try:
         assert pool.warm_socket(), "no warm parent on this machine"
+        assert len(pool.spare()) == 1, "a warm parent per slot"
         config.SandboxedKernelManager.warm = pool.warm_socket()
         parent = pool.parent.process.pid
         before, forked = set(processes.descendants(parent)), []
@@ -478,6 +480,11 @@ def test_a_warm_kernel_is_reported_ended_only_when_every_process_it_started_is_g
             client.start_channels()
             try:
                 client.wait_for_ready(timeout=60)
+                said = []
+                client.execute_interactive("import comm, sys; print('ipywidgets' in sys.modules, "
+                                           "sorted(comm.get_comm_manager().targets))", timeout=60,
+                                           output_hook=lambda m: said.append(m["content"].get("text", "")))
+                assert "".join(said).strip() == "True ['jupyter.widget', 'jupyter.widget.control']", said
                 said = []
                 client.execute_interactive(hostile.FORK_BOMB, timeout=60, output_hook=lambda m: said.append(m["content"].get("text", "")))
                 forked.append(int(re.search(r"forked (\d+) processes", "".join(said)).group(1)))
