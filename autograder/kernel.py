@@ -337,4 +337,6 @@ class WarmParent:
         return self.process.poll() is None
 
     def stop(self) -> None:
-        processes.kill([self.process.pid, *processes.descendants(self.process.pid)])
+        processes.kill(processes.descendants(self.process.pid))  # the sandbox bwrap made, the parent and its kernels
+        self.process.kill()  # bwrap, collected through Popen, which then knows it ended (killed and collected by PID,
+        self.process.wait()  # a later poll() could collect a new child given the same PID)

@@ -495,6 +495,8 @@ def test_a_warm_kernel_is_reported_ended_only_when_every_process_it_started_is_g
         assert 100 < forked[0] < 128 and forked[1] >= forked[0] - 2, forked
     finally:
         pool.close()
+    # collected through its Popen: killed and collected by PID, a later poll() could collect another child of that PID
+    assert pool.parent.process.returncode is not None and not processes.descendants(parent)
 
 
 def test_a_grading_stopped_at_its_deadline_leaves_the_batchs_own_processes_running(tmp_path, monkeypatch):
