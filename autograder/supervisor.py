@@ -80,7 +80,7 @@ class Pool:
     def __init__(self, jobs: int, config):
         self.jobs, self.parent = jobs, None
         # the kernels' sockets go under it, and a socket's path may not exceed 107 bytes: a long $TMPDIR gives way
-        self.folder = Path(tempfile.mkdtemp(prefix="autograder-slots-", dir=None if len(tempfile.gettempdir()) <= 40 else "/tmp"))
+        self.folder = Path(tempfile.mkdtemp(prefix="autograder-warm-", dir=None if len(tempfile.gettempdir()) <= 40 else "/tmp"))
         try:  # started in the background: `ready` waits for it
             self.parent = WarmParent(self.folder / "warm", config)
         except WarmUnavailable as why:
