@@ -174,7 +174,7 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
               for p in (Path(cd.root) / cd.source_directory).glob("*/*.ipynb") if p.parent.name != assignment}
     points = points_of(source)
     scratch = Path(tempfile.mkdtemp(prefix="autograder-batch-"))  # this batch's alone (mode 0700); no kernel sees it
-    # the warm parent starts (seconds: it imports torch) while the template is made; a Dask worker makes its own
+    # the warm kernels start (seconds: they import torch) while the template is made; a Dask worker makes its own
     pool = None if options.scheduler else Pool(options.jobs, config)
     drawing = None
     try:
@@ -183,12 +183,12 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
             shutil.copytree(source.parent, template / "source" / assignment)
             in_child(gradebook.generate_assignment, config, assignment, template,
                      f"sqlite:///{template}/gradebook.db", template / "release")
-        if pool is not None:  # while the warm parent starts
+        if pool is not None:  # while the warm kernels start
             with step("rendering the released notebook's feedback page, to be inherited by every grading"):
                 grade_one.warm_up(config, template, assignment, source.name)
         with step("running the solution once for the values its tests expect"):
             solution_config = copy.deepcopy(config)  # its kernel forked as the hand-ins' are
-            solution_config.SandboxedKernelManager.warm = pool.ready().warm_socket() if pool else ""
+            solution_config.SandboxedKernelManager.warm = pool.ready().socket_of(0) if pool else ""
             expected = in_child(reference.expected_values, solution_config, source,
                                 template / "release" / assignment / source.name, scratch / "solution", out / "solution.log")
             if isinstance(expected, str):

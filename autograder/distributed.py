@@ -10,7 +10,7 @@ machine, and bubblewrap installed:
 Each hand-in is one task. It carries what a worker cannot read from the course folder: the batch's template course
 (made by the instructor's command, fetched once by each worker and unpacked into its temporary folder) and the
 hand-in's bytes. The worker grades it with `grade_one.run` in a process of its own, in the same sandbox and with the
-same time limit as a local batch, its kernel forked from the worker's warm parent,
+same time limit as a local batch, its kernel forked from one of the worker's warm parents (one per `--nthreads`),
 and sends back the row, the feedback, the graded notebook and the log; the instructor's command writes them into
 its output folder, the table and the gradebook as a local batch does.
 
@@ -291,7 +291,8 @@ def supervised(job: grade_one.Job, deadline: float, course: str, stop: str) -> i
     env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",  # as batch.grade sets
            "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     # pickled: the job holds the course's configuration as a traitlets Config (sets, tuples); the server is ours
-    order = base64.b64encode(pickle.dumps({"job": job, "deadline": deadline, "course": course, "env": env})) + b"\n"
+    order = base64.b64encode(pickle.dumps({"job": job, "deadline": deadline, "course": course, "env": env,
+                                           "at_once": get_worker().state.nthreads})) + b"\n"
     interrupt, started, said = Event(stop), time.monotonic(), b""
     with socket.socket(socket.AF_UNIX) as connection:
         connection.connect(str(fork_server()))
@@ -332,12 +333,12 @@ def fork_server() -> Path:
 
 def serve(path: str) -> None:
     """The fork server: for each connection, read its order and fork a supervisor (`supervise`), its kernels forked
-    from this worker's warm parent (`WarmParentOfBatch`); end, with the warm parent, when the worker ends."""
+    from a warm parent of this worker's (`WarmSlots`); end, with the warm parents, when the worker ends."""
     worker = os.getppid()
     server = socket.socket(socket.AF_UNIX)
     server.bind(path)
     server.listen(64)
-    warm = WarmParentOfBatch()
+    warm = WarmSlots()
     print("ready", flush=True)
     try:
         while os.getppid() == worker:
@@ -350,7 +351,7 @@ def serve(path: str) -> None:
                 connection.close()
                 continue
             order = pickle.loads(base64.b64decode(line))
-            order["job"] = warm.claim(order["job"])
+            slot, order["job"] = warm.claim(order["job"], order["at_once"])
             pid = os.fork()
             if pid == 0:
                 server.close()
@@ -358,44 +359,52 @@ def serve(path: str) -> None:
                     supervise(connection, order)
                 finally:
                     os._exit(0)  # nothing left to do: skip the interpreter's teardown
-            warm.busy.add(pid)
+            warm.busy[pid] = slot
             connection.close()
     finally:
         warm.close()
         shutil.rmtree(Path(path).parent, ignore_errors=True)
 
 
-class WarmParentOfBatch:
-    """This worker's warm parent (supervisor.Pool's), for the batch being graded (its template names it): every
-    grading of that batch forks its kernel from it; one of a second batch graded at the same time starts its kernel
+class WarmSlots:
+    """This worker's warm parents (supervisor.Pool): one per grading it runs at once, for the batch being graded (its
+    template names it); a grading that finds none free, or a second batch graded at the same time, starts its kernel
     afresh, as `--unfenced` or a GPU machine does (the row's log says which)."""
 
     def __init__(self):
         self.pool, self.batch = None, None
-        self.busy: set[int] = set()  # the pids of the supervisors running
+        self.busy: dict[int, int | None] = {}  # the pid of each supervisor running -> the slot it uses (None: none)
 
-    def claim(self, job: grade_one.Job) -> grade_one.Job:
-        """`job`, told the socket of a warm parent for its batch ("" where there is none)."""
-        if job.template != self.batch and not self.busy:  # a new batch: a warm parent with its configuration
+    def claim(self, job: grade_one.Job, at_once: int) -> tuple[int | None, grade_one.Job]:
+        """A free slot for `job` (None: no warm parent for it) and the job, told the slot's socket."""
+        if job.template != self.batch and not self.busy:  # a new batch: warm parents with its configuration
             self.close()
             try:
-                self.pool = Pool(1, job.config).ready()
+                self.pool = Pool(max(1, at_once), job.config).ready()
             except Exception as error:  # its kernels start afresh; the worker's log says why
                 print(f"autograder: no warm kernels on this worker ({error})", file=sys.stderr, flush=True)
             self.batch = job.template
         if self.pool is None or job.template != self.batch:
-            return job
-        return replace(job, warm=self.pool.warm_socket())
+            return None, job
+        deadline = time.monotonic() + 2  # a worker's next task can come while the last one's supervisor is ending
+        while True:
+            used = set(self.busy.values())
+            slot = next((k for k in range(len(self.pool.slots)) if k not in used and self.pool.socket_of(k)), None)
+            if slot is not None or not self.busy or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+            self.reap()
+        return slot, job if slot is None else replace(job, warm=self.pool.socket_of(slot))
 
     def reap(self) -> None:
-        """Collect the supervisors that ended (only them: the warm parent is a child too)."""
+        """Collect the supervisors that ended, freeing their slots (only them: the warm parents are children too)."""
         for pid in list(self.busy):
             try:
                 ended = os.waitpid(pid, os.WNOHANG)[0]
             except ChildProcessError:
                 ended = pid
             if ended:
-                self.busy.discard(pid)
+                del self.busy[pid]
 
     def close(self) -> None:
         if self.pool is not None:

@@ -60,7 +60,7 @@ class Job:
     secret: str = ""  # from nbgrader's exchange: kept beside the feedback, which release_feedback names after it
     due: str = ""  # the student's due date (extension included), ISO, from the course's gradebook ("" if none)
     given_id: str = ""  # the student's id as the LMS, folder or file gave it ("" where it is student_id itself)
-    warm: str = ""  # the socket of the batch's warm parent, which forks this hand-in's kernel ("": one started afresh)
+    warm: str = ""  # the socket of the slot's warm parent, which forks this hand-in's kernel ("": one started afresh)
 
 
 def release_of(job: Job):

@@ -110,12 +110,12 @@ class SandboxedKernelManager(AsyncKernelManager):
     unfenced = Bool(False, help="start kernels without the sandbox, only with the limits: for machines where "
                                 "bubblewrap cannot run; student code can then reach all the grader can").tag(config=True)
     bwrap = Unicode("bwrap", help="the bubblewrap command (Debian's package `bubblewrap`)").tag(config=True)
-    fork_warm = Bool(True, help="in `make grade`, fork each hand-in's kernel from the batch's warm parent, "
+    fork_warm = Bool(True, help="in `make grade`, fork each hand-in's kernel from a warm parent per grading slot, "
                                 "which has imported torch (milliseconds, where a fresh kernel takes seconds); False: "
                                 "start each kernel afresh").tag(config=True)
     warm_modules = List(Unicode(), list(WARM_MODULES), help="what a warm parent imports besides ipykernel and torch: "
                                                              "what every kernel of the course imports").tag(config=True)
-    warm = Unicode("", help="the socket of the batch's warm parent (warm.py), set by the grader for each "
+    warm = Unicode("", help="the socket of this grading slot's warm parent (warm.py), set by the grader for each "
                             "grading: the kernel is forked from it; empty: a kernel started afresh").tag(config=True)
 
     @default("client_factory")
@@ -167,14 +167,14 @@ class SandboxedKernelManager(AsyncKernelManager):
                 *(["--unfenced"] if self.unfenced else [])]
 
     async def _async_pre_start_kernel(self, **kw):
-        """A kernel forked from the batch's warm parent where there is one and it answers; else started afresh, saying
+        """A kernel forked from the slot's warm parent where there is one and it answers; else started afresh, saying
         why in the grading's log."""
         self.kernel_id = self.kernel_id or kw.pop("kernel_id", str(uuid.uuid4()))
         if self.provisioner is None and self.warm:
             if os.path.exists(self.warm):
                 self.provisioner = WarmProvisioner(kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self)
             else:
-                self.log.warning("autograder: this kernel starts afresh: the batch's warm parent is gone")
+                self.log.warning("autograder: this kernel starts afresh: the slot's warm parent is gone")
         return await super()._async_pre_start_kernel(**kw)
 
     def processes_inside(self) -> int:
@@ -271,7 +271,7 @@ class WarmKernel:
 
 
 class WarmProvisioner(LocalProvisioner):
-    """Launch a kernel by asking the batch's warm parent for a fork, with this grading's files, limits and output."""
+    """Launch a kernel by asking the slot's warm parent for a fork, with this grading's files, limits and output."""
 
     async def launch_kernel(self, cmd: list[str], **kwargs) -> dict:
         km = self.parent
@@ -296,7 +296,7 @@ class WarmProvisioner(LocalProvisioner):
                 os.close(fd)
         self.pid, self.pgid = self.process.pid, None
         self.cwd = kwargs.get("cwd")
-        km.log.info("autograder: kernel forked from the batch's warm parent")
+        km.log.info("autograder: kernel forked from the slot's warm parent")
         return self.connection_info
 
 
@@ -305,7 +305,7 @@ class WarmUnavailable(RuntimeError):
 
 
 class WarmParent:
-    """A batch's warm parent (warm.py, in the sandbox sandbox.py --warm makes), in `folder` with its socket."""
+    """One grading slot's warm parent (warm.py, in the sandbox sandbox.py --warm makes), in `folder` with its socket."""
 
     def __init__(self, folder: Path, config):
         km = SandboxedKernelManager(config=config)

@@ -1,6 +1,6 @@
 """One supervisor for every way of running a grading: each grading forked with its deadline and settled into its row
-whatever happened (`supervise`, `settle`), and the pool that runs a batch's gradings N at once, their kernels forked
-from its warm parent (`Pool`). The local batch uses the pool; each Dask worker supervises its gradings with `supervise`."""
+whatever happened (`supervise`, `settle`), and the pool that runs a batch's gradings N at once, each slot with a warm
+kernel to fork (`Pool`). The local batch uses the pool; each Dask worker supervises its gradings with `supervise`."""
 
 import multiprocessing
 import multiprocessing.connection
@@ -71,45 +71,47 @@ def supervise(job: grade_one.Job, deadline: float, stop_asked=lambda: False, pol
 
 
 class Pool:
-    """`jobs` slots, each grading one hand-in at a time in a forked process, every kernel forked from the batch's one
-    warm parent (where there is one: else each kernel starts afresh, which the batch's output says once). One parent
-    for all the slots: it forks a kernel in milliseconds and serves each on a connection of its own, while each parent
-    costs 3-4 s of a core to start (it imports torch) and 350 MB; one per slot slowed a one-hand-in batch on 2 cores by
-    about 1 s (8.6-9.2 s -> 7.5-8.3 s), and would cost a minute of CPU and 5.6 GB with 16 slots."""
+    """`jobs` slots, each grading one hand-in at a time in a forked process, its kernel forked from the slot's warm
+    parent (where there is one: else each kernel starts afresh, which the batch's output says once). A parent per slot,
+    though one could fork for all: each parent's sandbox is a user namespace of its own, where the process limit
+    counts its kernels only, so that a fork bomb in one slot leaves a kernel graded beside it its whole limit."""
 
     def __init__(self, jobs: int, config):
-        self.jobs, self.parent = jobs, None
+        self.slots: list[WarmParent | None] = [None] * jobs
         # the kernels' sockets go under it, and a socket's path may not exceed 107 bytes: a long $TMPDIR gives way
-        self.folder = Path(tempfile.mkdtemp(prefix="autograder-warm-", dir=None if len(tempfile.gettempdir()) <= 40 else "/tmp"))
-        try:  # started in the background: `ready` waits for it
-            self.parent = WarmParent(self.folder / "warm", config)
+        self.folder = Path(tempfile.mkdtemp(prefix="autograder-slots-", dir=None if len(tempfile.gettempdir()) <= 40 else "/tmp"))
+        try:  # started together, in the background: `ready` waits for them
+            self.slots = [WarmParent(self.folder / f"slot-{k}", config) for k in range(jobs)]
         except WarmUnavailable as why:
             self.unavailable(why)
 
     def ready(self) -> "Pool":
         try:
-            if self.parent is not None:
-                self.parent.ready()
+            for slot in self.slots:
+                if slot is not None:
+                    slot.ready()
         except WarmUnavailable as why:
             self.unavailable(why)
         return self
 
     def unavailable(self, why) -> None:
-        if self.parent is not None:
-            self.parent.stop()
-        self.parent = None
+        for slot in self.slots:
+            if slot is not None:
+                slot.stop()
+        self.slots = [None] * len(self.slots)
         print(f"kernels start afresh for each hand-in: {why}", file=sys.stderr)
 
-    def warm_socket(self) -> str:
-        """The warm parent's socket, "" where there is none (or it died: kernels then start afresh)."""
-        return self.parent.socket if self.parent is not None and self.parent.alive() else ""
+    def socket_of(self, slot: int) -> str:
+        parent = self.slots[slot]
+        return parent.socket if parent is not None and parent.alive() else ""
 
     def spare(self) -> set[int]:
-        return {self.parent.process.pid} if self.parent is not None else set()
+        return {slot.process.pid for slot in self.slots if slot is not None}
 
     def close(self) -> None:
-        if self.parent is not None:
-            self.parent.stop()
+        for slot in self.slots:
+            if slot is not None:
+                slot.stop()
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def run(self, todo: list[grade_one.Job], deadline: float, progress, spare: set[int] = frozenset()) -> None:
@@ -118,20 +120,22 @@ class Pool:
 
         A grading that fails for the grader's own reason stops the launching of new ones: BatchFailed once the
         running ones are done."""
-        pending, running, failed = deque(todo), {}, []
+        pending, running, failed, free = deque(todo), {}, [], list(range(len(self.slots)))[::-1]
         try:
             while (pending and not failed) or running:
-                while pending and not failed and len(running) < self.jobs:
-                    job = replace(pending.popleft(), warm=self.warm_socket())
+                while pending and not failed and free:
+                    slot = free.pop()
+                    job = replace(pending.popleft(), warm=self.socket_of(slot))
                     process = start(job)
-                    running[process.sentinel] = (process, job, time.monotonic())
+                    running[process.sentinel] = (process, job, time.monotonic(), slot)
                 ready = multiprocessing.connection.wait(list(running), timeout=1.0)
                 for sentinel in list(running):
-                    process, job, started = running[sentinel]
+                    process, job, started, slot = running[sentinel]
                     over = time.monotonic() - started > deadline
                     if sentinel not in ready and not over:
                         continue
                     del running[sentinel]
+                    free.append(slot)
                     if over:
                         processes.end(process)
                         processes.stop_descendants(os.getpid(), spare={p.pid for p, *_ in running.values()} | self.spare() | spare)

@@ -141,12 +141,12 @@ def test_no_process_is_left_running(graded):
     assert not left, f"processes started by a notebook are still running: {left}"
 
 
-def test_every_kernel_was_forked_from_the_batchs_warm_parent(graded):
-    """Each hand-in that ran got a kernel forked from the batch's warm parent, none started afresh (autograder/warm.py)."""
+def test_every_kernel_was_forked_from_its_slots_warm_parent(graded):
+    """Each hand-in that ran got a kernel forked from its slot's warm parent, none started afresh (autograder/warm.py)."""
     _, _, out, rows, stderr = graded
     ran = [s for s, r in rows.items() if r["status"] not in ("invalid", "missing")]
     logs = {s: (out / "logs" / f"{s}.log").read_text() for s in ran}
-    cold = [s for s, log in logs.items() if "kernel forked from the batch's warm parent" not in log
+    cold = [s for s, log in logs.items() if "kernel forked from the slot's warm parent" not in log
             or "this kernel starts afresh" in log]
     assert ran and not cold, f"kernels started afresh: {cold}; {stderr[-500:]}"
     assert "kernels start afresh" not in stderr

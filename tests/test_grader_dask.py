@@ -140,7 +140,7 @@ def test_workers_grade_a_class_as_a_local_batch_does(tmp_path, cluster):
         if row["status"] not in ("invalid", "missing"):
             assert (out / "feedback" / f"{student}.html").stat().st_size, f"{student} has no feedback"
             assert (out / "autograded" / f"{student}.ipynb").exists() and (out / "logs" / f"{student}.log").exists()
-            assert "kernel forked from the batch's warm parent" in (out / "logs" / f"{student}.log").read_text(), \
+            assert "kernel forked from the slot's warm parent" in (out / "logs" / f"{student}.log").read_text(), \
                 f"{student}'s kernel was not forked from its worker's warm parent"
     assert scores_in_gradebook(remote, got) == scores_in_gradebook(local, got) == \
            {s: float(row["score"]) for s, row in got.items()}

@@ -5,6 +5,7 @@ import csv
 import json
 import os
 import pwd
+import copy
 import re
 import shutil
 import subprocess
@@ -458,45 +459,79 @@ def test_a_damaged_zip_member_costs_its_own_row(tmp_path):
     assert "could not be unpacked" in found["ben"].message and "CRC" in found["ben"].message
 
 
+def forked_in(config, slot_socket: str):
+    """A kernel forked from the warm parent at `slot_socket`, started, with a client: (manager, client)."""
+    from jupyter_client.utils import run_sync
+    config = copy.deepcopy(config)
+    config.SandboxedKernelManager.warm = slot_socket
+    manager = SandboxedKernelManager(kernel_name="python3", config=config)
+    run_sync(manager.start_kernel)()
+    client = manager.blocking_client()
+    client.start_channels()
+    client.wait_for_ready(timeout=60)
+    return manager, client
+
+
+def printed(client, code: str) -> str:
+    said = []
+    client.execute_interactive(code, timeout=60, output_hook=lambda m: said.append(m["content"].get("text", "")))
+    return "".join(said)
+
+
+def ended(manager, client) -> None:
+    from jupyter_client.utils import run_sync
+    client.stop_channels()
+    run_sync(manager.shutdown_kernel)(now=True)
+
+
 def test_a_warm_kernel_is_reported_ended_only_when_every_process_it_started_is_gone():
     """A kernel forked from a warm parent, which forked up to its process limit, is reported ended (shutdown returns)
     only when every process of its namespace is gone: they count against the limit of the next kernel forked there,
-    which then forks as many. One parent serves all the slots of a pool; ipywidgets, imported by the parent before
-    any kernel existed, has its comm targets in each kernel (as a kernel that imports it itself has)."""
-    from jupyter_client.utils import run_sync
+    which then forks as many. ipywidgets, imported by the parent before any kernel existed, has its comm targets in
+    each kernel (as a kernel that imports it itself has)."""
     from autograder import processes, supervisor
     config = Config({"SandboxedKernelManager": {"warm_modules": ["ipywidgets"], "processes": 128}})
-    pool = supervisor.Pool(2, config).ready()
+    pool = supervisor.Pool(1, config).ready()
     try:
-        assert pool.warm_socket(), "no warm parent on this machine"
-        assert len(pool.spare()) == 1, "a warm parent per slot"
-        config.SandboxedKernelManager.warm = pool.warm_socket()
-        parent = pool.parent.process.pid
+        assert pool.socket_of(0), "no warm parent on this machine"
+        parent = pool.slots[0].process.pid
         before, forked = set(processes.descendants(parent)), []
         for _ in range(2):
-            manager = SandboxedKernelManager(kernel_name="python3", config=config)
-            run_sync(manager.start_kernel)()
-            client = manager.blocking_client()
-            client.start_channels()
+            manager, client = forked_in(config, pool.socket_of(0))
             try:
-                client.wait_for_ready(timeout=60)
-                said = []
-                client.execute_interactive("import comm, sys; print('ipywidgets' in sys.modules, "
-                                           "sorted(comm.get_comm_manager().targets))", timeout=60,
-                                           output_hook=lambda m: said.append(m["content"].get("text", "")))
-                assert "".join(said).strip() == "True ['jupyter.widget', 'jupyter.widget.control']", said
-                said = []
-                client.execute_interactive(hostile.FORK_BOMB, timeout=60, output_hook=lambda m: said.append(m["content"].get("text", "")))
-                forked.append(int(re.search(r"forked (\d+) processes", "".join(said)).group(1)))
+                said = printed(client, "import comm, sys; print('ipywidgets' in sys.modules, "
+                                       "sorted(comm.get_comm_manager().targets))")
+                assert said.strip() == "True ['jupyter.widget', 'jupyter.widget.control']", said
+                forked.append(int(re.search(r"forked (\d+) processes", printed(client, hostile.FORK_BOMB)).group(1)))
             finally:
-                client.stop_channels()
-                run_sync(manager.shutdown_kernel)(now=True)
+                ended(manager, client)
             assert set(processes.descendants(parent)) == before, "processes of the ended kernel were still there"
         assert 100 < forked[0] < 128 and forked[1] >= forked[0] - 2, forked
     finally:
         pool.close()
     # collected through its Popen: killed and collected by PID, a later poll() could collect another child of that PID
-    assert pool.parent.process.returncode is not None and not processes.descendants(parent)
+    assert pool.slots[0].process.returncode is not None and not processes.descendants(parent)
+
+
+def test_a_fork_bomb_in_one_slot_leaves_the_other_slots_kernel_its_whole_process_limit():
+    """Each slot's warm parent has a user namespace of its own, where the process limit counts its kernels' processes
+    only: a kernel at its limit leaves a kernel graded beside it, in another slot, as many. (With one parent for both
+    slots the second kernel could not even start: "Kernel died before replying to kernel_info".)"""
+    from autograder import supervisor
+    config = Config({"SandboxedKernelManager": {"warm_modules": [], "processes": 128}})
+    pool = supervisor.Pool(2, config).ready()
+    kernels = []
+    try:
+        assert pool.socket_of(0) and pool.socket_of(1), "no warm parents on this machine"
+        forked = []
+        for slot in (0, 1):  # the first slot's kernel and its processes live on while the second forks
+            kernels.append(forked_in(config, pool.socket_of(slot)))
+            forked.append(int(re.search(r"forked (\d+) processes", printed(kernels[-1][1], hostile.FORK_BOMB)).group(1)))
+        assert 100 < forked[0] < 128 and forked[1] >= forked[0] - 2, forked
+    finally:
+        for manager, client in kernels:
+            ended(manager, client)
+        pool.close()
 
 
 def test_a_grading_stopped_at_its_deadline_leaves_the_batchs_own_processes_running(tmp_path, monkeypatch):
