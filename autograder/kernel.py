@@ -25,9 +25,9 @@ from . import processes, sandbox
 # What every kernel of the course imports: a warm parent imports it once (ipykernel and torch always, warm.py).
 # torch.distributed.tensor, with the sympy it loads: 0.8 s, which torch.testing.assert_close and gradcheck pay on their
 # first call in every kernel (the grader's first check calls them); torch._dynamo, which the first Adam or AdamW made
-# in a kernel imports (0.46 s); ipywidgets (0.36 s: 04's setup imports it). pyplot picks its backend only when first used.
-WARM_MODULES = ("numpy", "torch._dynamo", "ipywidgets", "torch.distributed", "torch.distributed.tensor", "torch.distributed.fsdp",
-                "torch.distributed.checkpoint", "torch.nn.parallel", "torch.profiler", "torch.utils.data", "matplotlib",
+# in a kernel imports (0.46 s); ipywidgets (0.36 s: 04's setup imports it). pyplot picks its backend when first used.
+WARM_MODULES = ("numpy", "torch._dynamo", "ipywidgets", "torch.distributed", "torch.distributed.tensor",
+                "torch.distributed.fsdp", "torch.distributed.checkpoint", "torch.nn.parallel", "torch.profiler", "torch.utils.data", "matplotlib",
                 "matplotlib.font_manager", "matplotlib.pyplot", "torchcourse.check", "torchcourse.data",
                 "torchcourse.device", "torchcourse.launch", "torchcourse.seed", "torchcourse.testing",
                 "torchcourse.timing", "torchcourse.values")

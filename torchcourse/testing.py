@@ -29,7 +29,7 @@ _pending: list[dict] = []  # values a grading's test cell sent, until the cell e
 
 def _send(record: dict) -> None:
     """Send `record` to the grader with the others of the same cell, in one message when the cell ends: a hidden test
-    may send hundreds, and one display message each cost the grader about a millisecond apiece."""
+    may check hundreds of values, and each message costs the grader about a millisecond."""
     from IPython import get_ipython
     shell = get_ipython()
     if shell is None:  # no cell to end: sent now
