@@ -64,7 +64,7 @@ def as_graded(source: str) -> str:
 
 def sent(outputs: list) -> tuple[list, list]:
     """The values a test cell's kernel sent, and its other outputs. testing.expect sends a cell's values as one list;
-    anything else the kernel sends under that type counts as one value (which the verdict then finds malformed)."""
+    anything else a kernel sends under that type counts as one value, judged as any other."""
     found, others = [], []
     for output in outputs:
         records = output.get("data", {}).get(MIME) if output.get("output_type") == "display_data" else None
