@@ -204,12 +204,22 @@ class GuardedExecute(Execute):
     async def _start_checks(self) -> None:
         """Before the notebook's first cell: the audit hook, then the kernel's state to compare every check with."""
         reply, _ = await self._ask(isolated(setup(self.preload)))
-        canary = Canary(watch=self.preload)
+        canary = Canary(watch=self.preload, detail=True)
         report, problem = canary.read(*await self._ask(canary.code))
         if reply is None or reply.get("status") != "ok" or report is None:
             raise RuntimeError(f"the grader's checks could not start in a fresh kernel ({problem or reply})")
         self.baseline, self.audit = report, report.get("audit", {})
         self.modules_seen = dict(report["modules"])
+
+    async def _report(self, names: list[str], chains: list[str], detail: bool) -> tuple[dict | None, str | None]:
+        """One check's report on the kernel, or None and why there is none."""
+        for _ in range(2):  # once more after a kernel out of threads (a fork bomb's): a fresh check, nothing skipped
+            canary = Canary(names, chains, self.probes, watch=self.preload, detail=detail)
+            reply, errors = await self._ask(canary.code)
+            report, problem = canary.read(reply, errors)
+            if report is not None or not out_of_threads(reply):
+                break
+        return report, problem
 
     async def _trusted(self, cells: list, cell_index: int, after_test: bool) -> bool:
         """Check the kernel before the test `cells` (or after the first of them); if it was tampered with, say so in
@@ -217,12 +227,9 @@ class GuardedExecute(Execute):
         if self.recording:  # the solution's own run: the instructor's code, with nothing to catch (14-24 checks: 0.3 s)
             return True
         names, chains = (sorted(set().union(*found)) for found in zip(*(names_used(c.source) for c in cells)))
-        for _ in range(2):  # once more after a kernel out of threads (a fork bomb's): a fresh check, nothing skipped
-            canary = Canary(names, chains, self.probes, watch=self.preload)
-            reply, errors = await self._ask(canary.code)
-            report, problem = canary.read(reply, errors)
-            if report is not None or not out_of_threads(reply):
-                break
+        report, problem = await self._report(names, chains, detail=False)
+        if report is not None and report["digest"] != self.baseline["digest"]:  # the state changed: which of it
+            report, problem = await self._report(names, chains, detail=True)
         if report is not None:
             hidden = any(HIDDEN.search(c.source) for c in cells)  # a hidden test's names stay hidden
             seen = self.modules_seen

@@ -21,14 +21,17 @@ import nbformat
 from nbgrader.api import Gradebook
 from nbgrader.converters import Autograde, GenerateFeedback
 from nbgrader.coursedir import CourseDirectory
+from nbgrader.nbgraderformat import MetadataValidator
 from nbgrader.utils import parse_utc
 from sqlalchemy.exc import SAWarning
 from traitlets.config import Config
 
 from . import gradebook, notebook, processes, reference
-from .execute import GuardedExecute
+from .execute import GuardedExecute, is_test
+from .integrity import parsed
 from .kernel import UNFENCED_WARNING
 from .lessons import skippable
+from .notebook import schema_checked_once
 from .results import Result, replace_file, write_exchange_files, write_result
 
 ATTEMPTS = 4  # a notebook that kills its kernel is graded again without the cell that did, this many times at most
@@ -212,9 +215,15 @@ def warm_up(config: Config, template: Path, assignment: str, notebook: str) -> N
     """What every grading of the batch would do alike, done once in the batch's own process before it forks them, and
     inherited: the feedback page of the released notebook rendered (the modules and caches that loads: nbconvert's
     filters, its templates compiled, Pygments' lexer and the lesson's code highlighted, the Markdown parser), the lesson
-    cells' names read (lessons.names' cache), and a gradebook opened (SQLAlchemy's first: 0.15 s), on a copy of the
+    cells' names read (lessons.names' cache), the test cells' names read (integrity.parsed's cache: the source's test
+    cells are those the gradings run), nbgrader's metadata schema checked, and a gradebook opened (SQLAlchemy's first: 0.15 s), on a copy of the
     template's, which stays as it is."""
     release = nbformat.read(template / "release" / assignment / notebook, as_version=4)
+    for cell in nbformat.read(template / "source" / assignment / notebook, as_version=4).cells:
+        if is_test(cell):
+            parsed(cell.source)
+    schema_checked_once()
+    MetadataValidator().validate_nb(release)  # its schema checked (notebook.VALIDATORS)
     copy_of = template.parent / "warm-up.db"
     shutil.copy(template / "gradebook.db", copy_of)
     with Gradebook(f"sqlite:///{copy_of}") as gb, warnings.catch_warnings():
@@ -311,6 +320,7 @@ def run(job: Job) -> None:
     """Entry point of the grading process: grade, write out/results/<student>.json, leave nothing running."""
     processes.become_subreaper()
     gradebook.share_engines()
+    schema_checked_once()
     tempfile.tempdir = str(Path(job.template).parent)  # kernels' runtime folders go with the batch's scratch
     log = Path(job.out) / "logs" / f"{job.student_id}.log"
     handle = open(log, "w")

@@ -12,6 +12,7 @@ check it is sent. What they do not cover is written down in README.md ("What the
 """
 
 import ast
+import functools
 import json
 import random
 import re
@@ -49,11 +50,12 @@ def notebooks_own(f, space, depth=0):
 # Run once in the fresh kernel, before the notebook's first cell: an audit hook (it cannot be removed) that counts
 # trace and profile functions being set, code objects of the kernel's machinery being swapped, and threads started to
 # run the notebook's own code, so that a hook set and removed, or a thread started and ended, within one test cell
-# is still seen. `sys.audit("autograder.audit", d)` copies the counts into d. Then the modules the tests import, so
-# that the checks know them before the notebook could put others in their place (`setup`).
+# is still seen. `sys.audit("autograder.audit", d)` copies the counts into d; `sys.audit("autograder.check", d)` puts
+# the check (CHECK, compiled here once: 4-5 ms a check otherwise) into d["CODE"]. Then the modules the tests import,
+# so that the checks know them before the notebook could put others in their place (`setup`).
 SETUP = NOTEBOOKS_OWN + r'''
 import sys, threading
-def _install(space):
+def _install(space, check):
     counts, watched = {}, {"sys.settrace": "trace", "sys.setprofile": "profile",
                            "sys.monitoring.register_callback": "monitoring", "sys.monitoring.use_tool_id": "monitoring"}
     machinery = ("IPython", "ipykernel", "jupyter_client", "zmq", "comm", "traitlets")
@@ -77,8 +79,10 @@ def _install(space):
             counts[kind] = counts.get(kind, 0) + 1
         elif event == "autograder.audit" and args and isinstance(args[0], dict):
             args[0].update(counts)
+        elif event == "autograder.check" and args and isinstance(args[0], dict):
+            args[0]["CODE"] = check
     sys.addaudithook(hook)
-_install(get_ipython().user_ns)
+_install(get_ipython().user_ns, compile(CHECK, "<autograder>", "exec"))
 for _name in PRELOAD:
     try:
         __import__(_name)
@@ -89,7 +93,7 @@ for _name in PRELOAD:
 
 def setup(preload: list[str]) -> str:
     """The SETUP cell, importing the modules in `preload` after the hook."""
-    return f"PRELOAD = {list(preload)!r}\n{SETUP}"
+    return f"PRELOAD, CHECK = {list(preload)!r}, {CHECK!r}\n{SETUP}"
 
 
 # The kernel's state that decides how a cell runs and how its errors are reported: identities of these callables
@@ -99,8 +103,12 @@ SHELL = ("run_cell", "run_cell_async", "_run_cell", "should_run_async", "transfo
          "set_custom_exc", "CustomTB", "ex", "ev")
 KERNEL = ("do_execute", "execute_request", "dispatch_shell", "send_response", "interrupt_request")
 
-CHECK = NOTEBOOKS_OWN + r'''
-import builtins, json, math, signal, sys, threading, types
+# The check, compiled once by SETUP and run by each Canary's cell with its parameters in its globals: NONCE, ERROR (the
+# name of the built-in exception to raise), NAMES, CHAINS, PROBED, MODULES, DETAIL (whether to report the state
+# itself, not only its digest).
+CHECK = f"SHELL, KERNEL = {SHELL!r}, {KERNEL!r}\n" + NOTEBOOKS_OWN + r'''
+import builtins, json, math, re, signal, sys, threading, types
+ERROR, PROBED, MODULES = builtins.__dict__[ERROR], set(PROBED), set(MODULES)
 def who(thing):
     f = getattr(thing, "__func__", thing)
     code = getattr(f, "__code__", None)
@@ -123,7 +131,9 @@ state.update({f"builtins.{n}": who(v) for n, v in vars(builtins).items() if call
 state["sys.modules['builtins']"] = who(sys.modules.get("builtins"))
 state["sys.meta_path"] = [who(f) for f in sys.meta_path]  # a finder put first could serve any module a test imports
 state["sys.path_hooks"] = [who(f) for f in sys.path_hooks]
-modules = {n: id(m) for n, m in list(sys.modules.items()) if n in MODULES or n.startswith("torchcourse")}
+# (sys.modules holds 2,000 modules once torch is imported: looked through in C, 1 ms a check in Python)
+modules = {n: id(m) for n in MODULES.union(filter(re.compile("torchcourse").match, list(sys.modules)))
+           if (m := sys.modules.get(n)) is not None}
 state["sys.gettrace()"] = repr(sys.gettrace())
 state["sys.getprofile()"] = repr(sys.getprofile())
 state["threading.gettrace()"] = repr(threading.gettrace())
@@ -253,8 +263,12 @@ for chain in CHAINS:
         if own(holder):
             faked.append("replaced:" + ".".join(chain.split(".")[:k]))
             break
-EXCEPTION = ERROR(NONCE + json.dumps({"state": state, "audit": audit, "faked": faked, "shadows": shadows,
-                                     "modules": modules, "later": later}))
+# The state (16 kB) only when asked for: its digest tells whether it changed (hash(): the same in one process)
+found = {"digest": hash(json.dumps(state, sort_keys=True)), "audit": audit, "faked": faked, "shadows": shadows,
+         "modules": modules, "later": later}
+if DETAIL:
+    found["state"] = state
+EXCEPTION = ERROR(NONCE + json.dumps(found))
 '''
 
 def isolated(code: str) -> str:
@@ -262,10 +276,11 @@ def isolated(code: str) -> str:
     return f"exec(compile({code!r}, '<autograder>', 'exec'), {{}})"
 
 
-def raising(code: str) -> str:
-    """A cell that runs `code` as `isolated` does, then raises the EXCEPTION it made. Raised from the cell itself,
-    the traceback IPython formats has one frame (a check costs 30 ms, not 40)."""
-    return f"raise (lambda g: (exec(compile({code!r}, '<autograder>', 'exec'), g), g['EXCEPTION'])[1])({{}})"
+def raising(parameters: dict) -> str:
+    """A cell that runs the check SETUP compiled, with `parameters` as its globals, then raises the EXCEPTION it made.
+    Raised from the cell itself, the traceback IPython formats has one frame."""
+    return ("raise (lambda g: (__import__('sys').audit('autograder.check', g), exec(g.pop('CODE'), g), "
+            f"g['EXCEPTION'])[2])({parameters!r})")
 
 
 CANARIES = ("ValueError", "RuntimeError", "TypeError", "LookupError", "ArithmeticError", "OSError")
@@ -278,14 +293,17 @@ def probes_for(sources: list[str]) -> list[str]:
     return [p for p in PROBES if p.startswith("builtins.") or p.rsplit(".", 1)[-1] in words]
 
 
-def names_used(source: str) -> tuple[list[str], list[str]]:
-    """Global names a test cell reads, and the attribute chains it reads from them or imports (`torch.testing.assert_close`)."""
+@functools.lru_cache(maxsize=4096)
+def parsed(source: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """A test cell's global names read, attribute chains read, and modules imported. Kept: every hand-in of a batch
+    has the same test cells, read before and after each check (5 ms each for 07's, 0.3 s a hand-in), and a grading's
+    process inherits what the solution's run in the batch's process read."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return [], []
+        return (), (), ()
     names = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)})
-    chains = set()
+    chains, imports = set(), set()
     for node in ast.walk(tree):
         parts = []
         while isinstance(node, ast.Attribute):
@@ -295,7 +313,18 @@ def names_used(source: str) -> tuple[list[str], list[str]]:
             chains.add(".".join([node.id, *reversed(parts)]))
         elif isinstance(node, ast.ImportFrom) and node.level == 0:  # `from torchcourse.testing import refused`
             chains |= {f"{node.module}.{alias.name}" for alias in node.names if alias.name != "*"}
-    return names, sorted(c for c in chains if not any(other.startswith(c + ".") for other in chains))  # the longest
+        if isinstance(node, ast.Import):
+            imports |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            imports.add(node.module)
+    longest = sorted(c for c in chains if not any(other.startswith(c + ".") for other in chains))
+    return tuple(names), tuple(longest), tuple(sorted(imports))
+
+
+def names_used(source: str) -> tuple[list[str], list[str]]:
+    """Global names a test cell reads, and the attribute chains it reads from them or imports (`torch.testing.assert_close`)."""
+    names, chains, _ = parsed(source)
+    return list(names), list(chains)
 
 
 def preload(sources: list[str]) -> list[str]:
@@ -303,16 +332,8 @@ def preload(sources: list[str]) -> list[str]:
     the standard library's that the tests import or read from (not torch's: it loads as the notebook chooses)."""
     found = set()
     for source in sources:
-        try:
-            tree = ast.parse(source)
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                found |= {alias.name for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                found.add(node.module)
-        found |= {name for name in names_used(source)[0] if name in sys.stdlib_module_names}
+        names, _, imports = parsed(source)
+        found |= set(imports) | {name for name in names if name in sys.stdlib_module_names}
     return sorted(m for m in found if m.split(".")[0] == "torchcourse" or m.split(".")[0] in sys.stdlib_module_names)
 
 
@@ -325,12 +346,11 @@ class Canary:
     """One check: the code to send, and what its answer must be. `names` None: report every shadowed built-in."""
 
     def __init__(self, names: list[str] | None = None, chains: list[str] = (), probes: list[str] = PROBES,
-                 watch: list[str] = ()):
-        self.nonce, self.error = secrets.token_hex(12), random.choice(CANARIES)
+                 watch: list[str] = (), detail: bool = False):
+        self.nonce, self.error, self.detail = secrets.token_hex(12), random.choice(CANARIES), detail
         modules = sorted(prefixes(chains) | {c.split(".")[0] for c in chains} | set(names or ()) | set(watch))
-        body = (f"NONCE, ERROR, NAMES, CHAINS = {self.nonce!r}, {self.error}, {names!r}, {list(chains)!r}\n"
-                f"PROBED, SHELL, KERNEL, MODULES = {set(probes)!r}, {SHELL!r}, {KERNEL!r}, {set(modules)!r}\n{CHECK}")
-        self.code = raising(body)
+        self.code = raising(dict(NONCE=self.nonce, ERROR=self.error, NAMES=names, CHAINS=list(chains),
+                                 PROBED=sorted(probes), MODULES=modules, DETAIL=detail))
 
     def read(self, reply: dict | None, errors: list[dict]) -> tuple[dict | None, str | None]:
         """The kernel's report, or None and why the check failed. `errors`: the error outputs the check produced."""
@@ -341,14 +361,15 @@ class Canary:
                           "(an input or AST transformer, or a replaced run_cell or execute handler?)")
         evalue = reply.get("evalue", "")
         if reply.get("ename") != self.error or not evalue.startswith(self.nonce):
-            return None, ("the kernel reported another error than the one raised: the code it is sent is changed, or "
-                          "its errors are")
+            return None, ("the kernel reported another error than the one raised: the code it is sent is changed (or "
+                          "the check compiled before the notebook ran, or sys.audit), or its errors are")
         if not any(e.get("ename") == self.error and e.get("evalue") == evalue for e in errors):
             return None, ("errors no longer reach the grader as test failures do: the kernel's error display was "
                           "replaced (showtraceback, a custom exception handler, the session that sends them?)")
         try:
             report = json.loads(evalue[len(self.nonce):])
-            assert isinstance(report.get("state"), dict) and isinstance(report.get("faked"), list)
+            assert isinstance(report.get("digest"), int) and isinstance(report.get("faked"), list)
+            assert isinstance(report.get("state"), dict) if self.detail else "state" not in report
             assert isinstance(report.get("shadows"), dict) and isinstance(report.get("modules"), dict)
             assert isinstance(report.get("later"), list)
             return report, None
@@ -369,7 +390,12 @@ def what_changed(baseline: dict, report: dict, audit_before: dict, names: list[s
     feedback: with `name_them` False (a hidden test's check) the names read from the test's code are only counted.
     """
     found = []
-    changed = sorted(k for k in baseline["state"] if report["state"].get(k) != baseline["state"][k])  # baseline's keys
+    if "state" in report:  # baseline's keys only
+        changed = sorted(k for k in baseline["state"] if report["state"].get(k) != baseline["state"][k])
+    elif report["digest"] == baseline["digest"]:
+        changed = []
+    else:
+        raise ValueError("the state changed: compare a report made with detail=True")
     if changed:
         found.append(f"replaced {', '.join(changed)}")
     audit = report.get("audit", {})

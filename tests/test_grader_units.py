@@ -145,19 +145,27 @@ def test_the_kernel_command_goes_through_the_sandbox_with_a_short_socket_path():
     shutil.rmtree(os.path.dirname(manager.connection_file))
 
 
-def report(state=None, faked=(), audit=None, shadows=None, modules=None, later=()) -> dict:
+def report(state=None, faked=(), audit=None, shadows=None, modules=None, later=(), digest=0) -> dict:
     return {"state": state or {"shell.run_cell": "a"}, "faked": list(faked), "audit": audit or {},
-            "shadows": shadows or {}, "modules": modules or {}, "later": list(later)}
+            "shadows": shadows or {}, "modules": modules or {}, "later": list(later), "digest": digest}
 
 
 def test_a_canary_tells_what_went_wrong():
-    canary = integrity.Canary()
-    good = {"status": "error", "ename": canary.error, "evalue": canary.nonce + json.dumps(report())}
+    canary = integrity.Canary(detail=True)
+    def answer(canary, report):  # the reply, and the error shown
+        error = {"status": "error", "ename": canary.error, "evalue": canary.nonce + json.dumps(report)}
+        return error, [error]
+    good = answer(canary, report())[0]
     assert canary.read(good, [good]) == (report(), None)
     assert "must fail" in canary.read({"status": "ok"}, [])[1]
     assert "errors no longer reach" in canary.read(good, [])[1]
     assert "another error" in canary.read({**good, "evalue": "other"}, [good])[1]
     assert "did not answer" in canary.read(None, [])[1]
+    digest_only = {k: v for k, v in report().items() if k != "state"}
+    assert "unreadable" in canary.read(*answer(canary, digest_only))[1], "asked for the state, none came"
+    canary = integrity.Canary()
+    assert canary.read(*answer(canary, digest_only)) == (digest_only, None)
+    assert "unreadable" in canary.read(*answer(canary, report()))[1], "the state, not asked for"
 
 
 def test_a_test_cell_is_read_for_its_names_and_attribute_chains():
@@ -183,6 +191,10 @@ def test_what_changed_names_only_what_the_grader_knows():
     assert "hidden" not in sentence and "open" not in sentence and "len" not in sentence
     hidden = changed(faked, ["abs"], ["np.mean.x"], name_them=False)
     assert "torch.allclose" in hidden and "2 names this hidden test uses" in hidden and "abs" not in hidden
+    digest_only = {k: v for k, v in report(digest=1).items() if k != "state"}
+    assert changed({**digest_only, "digest": baseline["digest"]}) is None, "the same digest: the same state"
+    with pytest.raises(ValueError, match="detail=True"):  # another digest: the grader asks for the state itself
+        changed(digest_only)
 
 
 # Each family the checks look for (integrity.py), as a notebook's cell would try it: what the check must name.
@@ -226,20 +238,22 @@ def real_kernel():
 
 def test_what_a_notebook_leaves_behind_is_named_in_a_real_kernel():
     """Each family, tried in a fresh kernel after the grader's setup, is named by the next check; a library's own
-    callback (matplotlib's) and a thread that ended, started outside a test, are not findings."""
+    callback (matplotlib's) and a thread that ended, started outside a test, are not findings. As in a grading, a
+    check reports the state's digest, and the state itself where the digest is not the baseline's."""
     with real_kernel() as ask:
-        def check(chains=()):
-            canary = integrity.Canary([], list(chains), [], watch=["email.utils"])
+        def check(chains=(), detail=False):
+            canary = integrity.Canary([], list(chains), [], watch=["email.utils"], detail=detail)
             found, problem = canary.read(*ask(canary.code))
             assert problem is None, problem
-            return found
+            return found if detail or found["digest"] == baseline["digest"] else check(chains, detail=True)
 
         assert ask(integrity.isolated(integrity.setup(["email.utils"])))[0]["status"] == "ok"
-        baseline = check()
+        baseline = check(detail=True)
         seen = dict(baseline["modules"])
         assert "email.utils" in seen, "a module the tests import is loaded before the notebook runs"
         innocent = "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nimport threading\nthreading.Thread(target=print).start()"
         assert ask(innocent)[0]["status"] == "ok"
+        assert "state" not in check(), "a kernel's state has one digest from check to check: one round trip each"
         assert integrity.what_changed(baseline, check(), baseline["audit"], [], [], False, True, seen) is None
         for family, (code, named) in LEFT_BEHIND.items():
             audit = check()["audit"]
@@ -250,6 +264,9 @@ def test_what_a_notebook_leaves_behind_is_named_in_a_real_kernel():
         audit = check()["audit"]
         assert ask(ended)[0]["status"] == "ok"
         assert "a thread running the notebook's code" in integrity.what_changed(baseline, check(), audit, [], [], True)
+        assert ask("import sys\nsys.audit = lambda *args: None")[0]["status"] == "ok"  # the check comes through it
+        canary = integrity.Canary([], [], [])
+        assert "sys.audit" in canary.read(*ask(canary.code))[1]
 
 
 FAKE_EVERY_LIBRARY_PROBE = """import math, numpy as np, torch
@@ -264,6 +281,7 @@ torch.Tensor.__eq__ = lambda self, other: torch.ones(3, dtype=torch.bool)"""
 def test_every_probe_sees_its_function_faked_in_a_real_kernel():
     """Each library function the probes try, replaced by one that says yes, is named; only the tests' ones are tried."""
     with real_kernel() as ask:
+        assert ask(integrity.isolated(integrity.setup([])))[0]["status"] == "ok"
         assert ask(FAKE_EVERY_LIBRARY_PROBE)[0]["status"] == "ok"
         library = [p for p in integrity.PROBES if not p.startswith("builtins.")]
         canary = integrity.Canary([], [], integrity.PROBES)
