@@ -278,9 +278,10 @@ def isolated(code: str) -> str:
 
 def raising(parameters: dict) -> str:
     """A cell that runs the check SETUP compiled, with `parameters` as its globals, then raises the EXCEPTION it made.
-    Raised from the cell itself, the traceback IPython formats has one frame."""
+    Raised from the cell itself, the traceback IPython formats has one frame. The parameters come as one string of
+    JSON: IPython tokenizes each cell twice, 0.7 ms for their Python literals, 0.2 ms for the string."""
     return ("raise (lambda g: (__import__('sys').audit('autograder.check', g), exec(g.pop('CODE'), g), "
-            f"g['EXCEPTION'])[2])({parameters!r})")
+            f"g['EXCEPTION'])[2])(__import__('json').loads({json.dumps(parameters)!r}))")
 
 
 CANARIES = ("ValueError", "RuntimeError", "TypeError", "LookupError", "ArithmeticError", "OSError")
