@@ -216,8 +216,8 @@ def warm_up(config: Config, template: Path, assignment: str, notebook: str) -> N
     inherited: the feedback page of the released notebook rendered (the modules and caches that loads: nbconvert's
     filters, its templates compiled, Pygments' lexer and the lesson's code highlighted, the Markdown parser), the lesson
     cells' names read (lessons.names' cache), the test cells' names read (integrity.parsed's cache: the source's test
-    cells are those the gradings run), nbgrader's metadata schema checked, and a gradebook opened (SQLAlchemy's first: 0.15 s), on a copy of the
-    template's, which stays as it is."""
+    cells are those the gradings run), nbgrader's metadata schema checked, and a gradebook opened (SQLAlchemy's
+    first: 0.15 s), on a copy of the template's, which stays as it is."""
     release = nbformat.read(template / "release" / assignment / notebook, as_version=4)
     for cell in nbformat.read(template / "source" / assignment / notebook, as_version=4).cells:
         if is_test(cell):

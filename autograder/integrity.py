@@ -298,7 +298,7 @@ def probes_for(sources: list[str]) -> list[str]:
 def parsed(source: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """A test cell's global names read, attribute chains read, and modules imported. Kept: every hand-in of a batch
     has the same test cells, read before and after each check (5 ms each for 07's, 0.3 s a hand-in), and a grading's
-    process inherits what the solution's run in the batch's process read."""
+    process inherits what the batch's process read before it forked (grade_one.warm_up)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
