@@ -103,12 +103,14 @@ SHELL = ("run_cell", "run_cell_async", "_run_cell", "should_run_async", "transfo
          "set_custom_exc", "CustomTB", "ex", "ev")
 KERNEL = ("do_execute", "execute_request", "dispatch_shell", "send_response", "interrupt_request")
 
-# The check, compiled once by SETUP and run by each Canary's cell with its parameters in its globals: NONCE, ERROR (the
-# name of the built-in exception to raise), NAMES, CHAINS, PROBED, MODULES, DETAIL (whether to report the state
-# itself, not only its digest).
+# The check, compiled once by SETUP and run by each Canary's cell with its parameters as JSON in PARAMETERS: NONCE,
+# ERROR (the name of the built-in exception to raise), NAMES, CHAINS, PROBED, MODULES, DETAIL (whether to report the
+# state itself, not only its digest). Read here, by the json module the check reports with, not by the cell.
 CHECK = f"SHELL, KERNEL = {SHELL!r}, {KERNEL!r}\n" + NOTEBOOKS_OWN + r'''
 import builtins, json, math, re, signal, sys, threading, types
-ERROR, PROBED, MODULES = builtins.__dict__[ERROR], set(PROBED), set(MODULES)
+_p = json.loads(PARAMETERS)
+NONCE, NAMES, CHAINS, DETAIL = _p["NONCE"], _p["NAMES"], _p["CHAINS"], _p["DETAIL"]
+ERROR, PROBED, MODULES = builtins.__dict__[_p["ERROR"]], set(_p["PROBED"]), set(_p["MODULES"])
 def who(thing):
     f = getattr(thing, "__func__", thing)
     code = getattr(f, "__code__", None)
@@ -277,11 +279,11 @@ def isolated(code: str) -> str:
 
 
 def raising(parameters: dict) -> str:
-    """A cell that runs the check SETUP compiled, with `parameters` as its globals, then raises the EXCEPTION it made.
-    Raised from the cell itself, the traceback IPython formats has one frame. The parameters come as one string of
-    JSON: IPython tokenizes each cell twice, 0.7 ms for their Python literals, 0.2 ms for the string."""
+    """A cell that runs the check SETUP compiled, with `parameters`, then raises the EXCEPTION it made. Raised from the
+    cell itself, the traceback IPython formats has one frame. The parameters come as one string of JSON: IPython
+    tokenizes each cell twice, 0.7 ms for their Python literals, 0.2 ms for the string."""
     return ("raise (lambda g: (__import__('sys').audit('autograder.check', g), exec(g.pop('CODE'), g), "
-            f"g['EXCEPTION'])[2])(__import__('json').loads({json.dumps(parameters)!r}))")
+            f"g['EXCEPTION'])[2])({{'PARAMETERS': {json.dumps(parameters)!r}}})")
 
 
 CANARIES = ("ValueError", "RuntimeError", "TypeError", "LookupError", "ArithmeticError", "OSError")

@@ -27,10 +27,10 @@ from . import processes, sandbox
 # first call in every kernel (the grader's first check calls them); torch._dynamo, which the first Adam or AdamW made
 # in a kernel imports (0.46 s); ipywidgets (0.36 s: 04's setup imports it). pyplot picks its backend when first used.
 WARM_MODULES = ("numpy", "torch._dynamo", "ipywidgets", "torch.distributed", "torch.distributed.tensor",
-                "torch.distributed.fsdp", "torch.distributed.checkpoint", "torch.nn.parallel", "torch.profiler", "torch.utils.data", "matplotlib",
-                "matplotlib.font_manager", "matplotlib.pyplot", "torchcourse.check", "torchcourse.data",
-                "torchcourse.device", "torchcourse.launch", "torchcourse.seed", "torchcourse.testing",
-                "torchcourse.timing", "torchcourse.values")
+                "torch.distributed.fsdp", "torch.distributed.checkpoint", "torch.nn.parallel", "torch.profiler",
+                "torch.utils.data", "matplotlib", "matplotlib.font_manager", "matplotlib.pyplot", "torchcourse.check",
+                "torchcourse.data", "torchcourse.device", "torchcourse.launch", "torchcourse.seed",
+                "torchcourse.testing", "torchcourse.timing", "torchcourse.values")
 SANDBOX = Path(__file__).with_name("sandbox.py")
 # What the kernel may know of the grader's environment; everything else (passwords, tokens, paths) stays out.
 PASSED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NBGRADER_EXECUTION", "CUDA_VISIBLE_DEVICES")

@@ -30,13 +30,13 @@ class Invalid(Exception):
 VALIDATORS: dict = {}  # nbgrader's metadata schema (as JSON) -> its validator, checked (schema_checked_once)
 
 
-def validate_metadata(instance, schema, cls=None, *args, **kwargs) -> None:
-    """`jsonschema.validate`, the schema checked once per process rather than at each call."""
+def validate_metadata(instance, schema) -> None:
+    """`jsonschema.validate(instance, schema)`, as nbgrader calls it, the schema checked once per process."""
     key = json.dumps(schema, sort_keys=True)  # each MetadataValidator reads the schema's file afresh
     if key not in VALIDATORS:
-        kind = cls or jsonschema.validators.validator_for(schema)
+        kind = jsonschema.validators.validator_for(schema)
         kind.check_schema(schema)
-        VALIDATORS[key] = kind(schema, *args, **kwargs)
+        VALIDATORS[key] = kind(schema)
     error = jsonschema.exceptions.best_match(VALIDATORS[key].iter_errors(instance))
     if error is not None:
         raise error

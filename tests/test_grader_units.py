@@ -1,11 +1,11 @@
 """The grader's modules one at a time: the sandbox, the integrity checks' verdicts, the feedback rule, results, batch."""
 
 import contextlib
+import copy
 import csv
 import json
 import os
 import pwd
-import copy
 import re
 import shutil
 import subprocess
