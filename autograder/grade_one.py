@@ -26,9 +26,13 @@ from nbgrader.utils import parse_utc
 from sqlalchemy.exc import SAWarning
 from traitlets.config import Config
 
+from torchcourse.check import HIDDEN
+
 from . import gradebook, notebook, processes, reference
 from .execute import GuardedExecute, is_test
+from .feedback import NOTICE, message_templates
 from .integrity import parsed
+from .judge import as_graded
 from .kernel import UNFENCED_WARNING
 from .lessons import skippable
 from .notebook import schema_checked_once
@@ -214,14 +218,18 @@ def feedback(job: Job) -> None:
 def warm_up(config: Config, template: Path, assignment: str, notebook: str) -> None:
     """What every grading of the batch would do alike, done once in the batch's own process before it forks them, and
     inherited: the feedback page of the released notebook rendered (the modules and caches that loads: nbconvert's
-    filters, its templates compiled, Pygments' lexer and the lesson's code highlighted, the Markdown parser), the lesson
-    cells' names read (lessons.names' cache), the test cells' names read (integrity.parsed's cache: the source's test
-    cells are those the gradings run), nbgrader's metadata schema checked, and a gradebook opened (SQLAlchemy's
-    first: 0.15 s), on a copy of the template's, which stays as it is."""
+    filters, its templates compiled, Pygments' lexer, the lesson's code highlighted and its markdown rendered, the hidden
+    test cells' notices highlighted), the lesson cells' names read (lessons.names' cache), the test cells read as the
+    gradings run them (integrity.parsed's names, judge.as_graded's text, feedback.message_templates' messages: the
+    source's test cells are those the gradings run), nbgrader's metadata schema checked, and a gradebook opened
+    (SQLAlchemy's first: 0.15 s), on a copy of the template's, which stays as it is."""
     release = nbformat.read(template / "release" / assignment / notebook, as_version=4)
-    for cell in nbformat.read(template / "source" / assignment / notebook, as_version=4).cells:
-        if is_test(cell):
-            parsed(cell.source)
+    tests = [cell for cell in nbformat.read(template / "source" / assignment / notebook, as_version=4).cells
+             if is_test(cell)]
+    for cell in tests:
+        parsed(cell.source)
+        as_graded(cell.source)
+        message_templates(cell.source)
     schema_checked_once()
     MetadataValidator().validate_nb(release)  # its schema checked (notebook.VALIDATORS)
     copy_of = template.parent / "warm-up.db"
@@ -234,6 +242,8 @@ def warm_up(config: Config, template: Path, assignment: str, notebook: str) -> N
     copy_of.unlink()
     skippable(release, release)
     page = copy.deepcopy(release)
+    # the hidden test cells as the feedback shows them (their code replaced by a notice), highlighted once too
+    page.cells += [nbformat.v4.new_code_cell(HIDDEN.sub(NOTICE, cell.source)) for cell in tests if HIDDEN.search(cell.source)]
     for cell in page.cells:
         cell.metadata.pop("nbgrader", None)  # a graded cell's part of the page needs its score
     # the language as a graded notebook has it, from its kernel (ipykernel's): its lexer highlights the code

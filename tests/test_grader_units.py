@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -502,11 +503,12 @@ def ended(manager, client) -> None:
     run_sync(manager.shutdown_kernel)(now=True)
 
 
-def test_a_warm_kernel_is_reported_ended_only_when_every_process_it_started_is_gone():
-    """A kernel forked from a warm parent, which forked up to its process limit, is reported ended (shutdown returns)
-    only when every process of its namespace is gone: they count against the limit of the next kernel forked there,
-    which then forks as many. ipywidgets, imported by the parent before any kernel existed, has its comm targets in
-    each kernel (as a kernel that imports it itself has)."""
+def test_a_warm_kernels_processes_are_all_gone_before_the_slots_next_kernel_is_forked():
+    """A kernel forked from a warm parent, which forked up to its process limit, is told to end and shutdown returns at
+    once (the grading goes on); the parent forks the slot's next kernel only when every process of the ended one is
+    gone, since they count against the limit of the next kernel forked there, which then forks as many; and they all
+    go. ipywidgets, imported by the parent before any kernel existed, has its comm targets in each kernel (as a kernel
+    that imports it itself has)."""
     from autograder import processes, supervisor
     config = Config({"SandboxedKernelManager": {"warm_modules": ["ipywidgets"], "processes": 128}})
     pool = supervisor.Pool(1, config).ready()
@@ -514,7 +516,7 @@ def test_a_warm_kernel_is_reported_ended_only_when_every_process_it_started_is_g
         assert pool.socket_of(0), "no warm parent on this machine"
         parent = pool.slots[0].process.pid
         before, forked = set(processes.descendants(parent)), []
-        for _ in range(2):
+        for _ in range(2):  # the second forked right after the first ended
             manager, client = forked_in(config, pool.socket_of(0))
             try:
                 said = printed(client, "import comm, sys; print('ipywidgets' in sys.modules, "
@@ -523,7 +525,10 @@ def test_a_warm_kernel_is_reported_ended_only_when_every_process_it_started_is_g
                 forked.append(int(re.search(r"forked (\d+) processes", printed(client, hostile.FORK_BOMB)).group(1)))
             finally:
                 ended(manager, client)
-            assert set(processes.descendants(parent)) == before, "processes of the ended kernel were still there"
+        deadline = time.monotonic() + 30
+        while set(processes.descendants(parent)) != before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert set(processes.descendants(parent)) == before, "processes of the ended kernels were still there"
         assert 100 < forked[0] < 128 and forked[1] >= forked[0] - 2, forked
     finally:
         pool.close()
@@ -595,6 +600,25 @@ def test_the_feedback_page_is_nbconverts_without_its_rewrite():
     shipped = Config()
     exec(compile((ROOT / "nbgrader_config.py").read_text(), "nbgrader_config.py", "exec"), {"get_config": lambda: shipped})
     assert GenerateFeedback(config=shipped).exporter_class is FeedbackPage
+
+
+
+def test_the_feedback_pages_kept_markdown_is_each_cells_own():
+    """FeedbackPage keeps a markdown cell's HTML by its source (a lesson's cells are alike in every hand-in), but a
+    cell with the same text and another attachment, or a page made with other settings, gets its own."""
+    from autograder.feedback import FeedbackPage
+    text = "# Heading\n\n![figure](attachment:a.png) same words"
+    data = ("QUFBQQ==", "QkJCQg==")
+    resources = {"nbgrader": {"notebook": "n", "score": 0, "max_score": 0, "late_penalty": 0}}
+    for anchor in ("&#182;", "LINK-TO-HERE"):  # nbconvert's default (¶) and another
+        for mine, other in (data, data[::-1]):
+            nb = new_notebook(cells=[nbformat.v4.new_markdown_cell(text, attachments={"a.png": {"image/png": mine}})])
+            settings = {} if anchor.startswith("&") else {"HTMLExporter": {"anchor_link_text": anchor}}
+            page = FeedbackPage(config=Config(settings)).from_notebook_node(
+                nb, resources=copy.deepcopy(resources))[0]
+            assert mine in page and other not in page, "a cell shows another cell's attachment"
+            assert f'href="#Heading">{anchor}</a>' in page, "a page shows the anchor links of a page made with other settings"
+    assert len(FeedbackPage.kept_markdown) >= 4
 
 
 def test_launchs_fork_server_and_resource_tracker_are_not_counted_as_left_by_the_notebook(fork_server):
