@@ -183,8 +183,8 @@ class FeedbackPage(HTMLExporter):
         only where images are embedded, and this exporter's settings (mistune's parse: 2-3 ms a lesson's cell)."""
         cell = context.get("cell", {})
         path = context.get("resources", {}).get("metadata", {}).get("path", "") if self.embed_images else ""
-        key = (source, json.dumps(cell.get("attachments", {}), sort_keys=True, default=str), path, self.embed_images,
-               self.anchor_link_text, self.exclude_anchor_links, json.dumps(self.lexer_options, sort_keys=True, default=str))
+        settings = (self.embed_images, self.anchor_link_text, self.exclude_anchor_links, repr(self.lexer_options))
+        key = (source, json.dumps(cell.get("attachments", {}), sort_keys=True, default=str), path, settings)
         if key not in self.kept_markdown:
             self.kept_markdown[key] = super().markdown2html(context, source)
         return self.kept_markdown[key]

@@ -218,10 +218,10 @@ def feedback(job: Job) -> None:
 def warm_up(config: Config, template: Path, assignment: str, notebook: str) -> None:
     """What every grading of the batch would do alike, done once in the batch's own process before it forks them, and
     inherited: the feedback page of the released notebook rendered (the modules and caches that loads: nbconvert's
-    filters, its templates compiled, Pygments' lexer, the lesson's code highlighted and its markdown rendered, the hidden
-    test cells' notices highlighted), the lesson cells' names read (lessons.names' cache), the test cells read as the
-    gradings run them (integrity.parsed's names, judge.as_graded's text, feedback.message_templates' messages: the
-    source's test cells are those the gradings run), nbgrader's metadata schema checked, and a gradebook opened
+    filters, its templates compiled, Pygments' lexer, the lesson's code highlighted and its markdown rendered, the
+    hidden test cells' notices highlighted), the lesson cells' names read (lessons.names' cache), the test cells read
+    as the gradings run them (integrity.parsed's names, judge.as_graded's text, feedback.message_templates' messages:
+    the source's test cells are those the gradings run), nbgrader's metadata schema checked, and a gradebook opened
     (SQLAlchemy's first: 0.15 s), on a copy of the template's, which stays as it is."""
     release = nbformat.read(template / "release" / assignment / notebook, as_version=4)
     tests = [cell for cell in nbformat.read(template / "source" / assignment / notebook, as_version=4).cells
@@ -243,7 +243,7 @@ def warm_up(config: Config, template: Path, assignment: str, notebook: str) -> N
     skippable(release, release)
     page = copy.deepcopy(release)
     # the hidden test cells as the feedback shows them (their code replaced by a notice), highlighted once too
-    page.cells += [nbformat.v4.new_code_cell(HIDDEN.sub(NOTICE, cell.source)) for cell in tests if HIDDEN.search(cell.source)]
+    page.cells += [nbformat.v4.new_code_cell(HIDDEN.sub(NOTICE, c.source)) for c in tests if HIDDEN.search(c.source)]
     for cell in page.cells:
         cell.metadata.pop("nbgrader", None)  # a graded cell's part of the page needs its score
     # the language as a graded notebook has it, from its kernel (ipykernel's): its lexer highlights the code

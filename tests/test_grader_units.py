@@ -617,7 +617,7 @@ def test_the_feedback_pages_kept_markdown_is_each_cells_own():
             page = FeedbackPage(config=Config(settings)).from_notebook_node(
                 nb, resources=copy.deepcopy(resources))[0]
             assert mine in page and other not in page, "a cell shows another cell's attachment"
-            assert f'href="#Heading">{anchor}</a>' in page, "a page shows the anchor links of a page made with other settings"
+            assert f'href="#Heading">{anchor}</a>' in page, "a page has the anchor links of another page's settings"
     assert len(FeedbackPage.kept_markdown) >= 4
 
 
