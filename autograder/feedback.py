@@ -72,6 +72,11 @@ def message_templates(source: str) -> tuple[tuple[re.Pattern, str], ...]:
     return tuple(templates)
 
 
+def shown(source: str) -> str:
+    """A code cell's source as the feedback shows it: each hidden test block replaced by a notice."""
+    return HIDDEN.sub(NOTICE, source)
+
+
 def verdict(output, templates) -> NotebookNode:
     """A test's error, told without anything the kernel chose: a known exception name, the instructor's message."""
     ename = output.get("ename") if output.get("ename") in ERROR_NAMES else "Error"
@@ -93,7 +98,7 @@ class HideHiddenTests(NbGraderPreprocessor):
             if cell.cell_type != "code":
                 continue
             source = cell.source
-            cell.source = HIDDEN.sub(NOTICE, source)
+            cell.source = shown(source)
             if i < first:
                 continue
             if cell.id in grader_verdicts:  # the grader's own message (TestsTampered, GradingStopped)

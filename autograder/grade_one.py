@@ -26,11 +26,9 @@ from nbgrader.utils import parse_utc
 from sqlalchemy.exc import SAWarning
 from traitlets.config import Config
 
-from torchcourse.check import HIDDEN
-
 from . import gradebook, notebook, processes, reference
 from .execute import GuardedExecute, is_test
-from .feedback import NOTICE, message_templates
+from .feedback import message_templates, shown
 from .integrity import parsed
 from .judge import as_graded
 from .kernel import UNFENCED_WARNING
@@ -243,7 +241,7 @@ def warm_up(config: Config, template: Path, assignment: str, notebook: str) -> N
     skippable(release, release)
     page = copy.deepcopy(release)
     # the hidden test cells as the feedback shows them (their code replaced by a notice), highlighted once too
-    page.cells += [nbformat.v4.new_code_cell(HIDDEN.sub(NOTICE, c.source)) for c in tests if HIDDEN.search(c.source)]
+    page.cells += [nbformat.v4.new_code_cell(shown(c.source)) for c in tests if shown(c.source) != c.source]
     for cell in page.cells:
         cell.metadata.pop("nbgrader", None)  # a graded cell's part of the page needs its score
     # the language as a graded notebook has it, from its kernel (ipykernel's): its lexer highlights the code

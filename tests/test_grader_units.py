@@ -602,7 +602,6 @@ def test_the_feedback_page_is_nbconverts_without_its_rewrite():
     assert GenerateFeedback(config=shipped).exporter_class is FeedbackPage
 
 
-
 def test_the_feedback_pages_kept_markdown_is_each_cells_own():
     """FeedbackPage keeps a markdown cell's HTML by its source (a lesson's cells are alike in every hand-in), but a
     cell with the same text and another attachment, or a page made with other settings, gets its own."""
