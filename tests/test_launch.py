@@ -79,6 +79,40 @@ def test_results_come_back_in_rank_order(no_children_left):
     assert "MASTER_PORT" not in os.environ or os.environ["MASTER_PORT"] != results[0]["port"]
 
 
+def test_a_process_group_that_fails_to_form_is_formed_again_on_a_fresh_port(monkeypatch, tmp_path, no_children_left):
+    """Gloo's connections between ranks on one machine now and then fail under load (pytorch/pytorch#53270): the
+    ranks are started again on a fresh port, and the worker runs once; a group that never forms is reported, with
+    the rank's traceback, after FORMING_TRIES tries."""
+    from torchcourse import launch as launcher
+    real = dist.init_process_group
+
+    def flaky(*args, **kwargs):  # rank 1's first try fails, as gloo's did
+        if os.environ["RANK"] == "1" and not (tmp_path / "failed").exists():
+            (tmp_path / "failed").write_text(os.environ["MASTER_PORT"])
+            raise RuntimeError("Gloo connectFullMesh failed with [...] Connection closed by peer (simulated)")
+        return real(*args, **kwargs)
+
+    def counted(rank, world_size, value):
+        with open(tmp_path / "ran", "a") as f:
+            f.write(f"{rank}\n")
+        return describe(rank, world_size, value)
+
+    monkeypatch.setattr(dist, "init_process_group", flaky)
+    results = launch(counted, 3, "x", start_method="fork")
+    assert [r["rank"] for r in results] == [0, 1, 2] and results[0]["port"] != (tmp_path / "failed").read_text()
+    assert sorted((tmp_path / "ran").read_text().split()) == ["0", "1", "2"], "the worker ran more than once a rank"
+
+    def never(*args, **kwargs):
+        with open(tmp_path / "tries", "a") as f:
+            f.write(os.environ["RANK"] + "\n")
+        raise RuntimeError("simulated: this group never forms")
+
+    monkeypatch.setattr(dist, "init_process_group", never)
+    with pytest.raises(RuntimeError, match=r"(?s)could not join the process group \(3 tries\).*never forms"):
+        launch(describe, 1, "x", start_method="fork")
+    assert (tmp_path / "tries").read_text().split() == ["0"] * launcher.FORMING_TRIES
+
+
 def test_all_reduce_sums_over_ranks(no_children_left):
     results = launch(all_reduce_sum, 2)
     for t in results:

@@ -36,6 +36,9 @@ import torch
 import torch.distributed as dist
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+# Times the ranks are started, on a fresh port, when one cannot join the process group: gloo's connections between
+# ranks on one machine now and then fail under load ("Connection closed by peer", pytorch/pytorch#53270).
+FORMING_TRIES = 3
 
 
 def under_torchrun() -> bool:
@@ -110,7 +113,8 @@ def launch(worker, world_size: int, *args, timeout: float = 120.0, backend: str 
 
     Failures: an exception in a worker is raised here as a RuntimeError that names the rank and quotes the remote
     traceback; the other ranks are then terminated. A rank that dies without a result (killed, crashed) is
-    reported the same way. Past `timeout` seconds a TimeoutError is raised. On any exit (an error, a timeout,
+    reported the same way. A rank that cannot join the process group (the worker has not run) has all the ranks
+    started again on a fresh port, FORMING_TRIES times in all. Past `timeout` seconds a TimeoutError is raised. On any exit (an error, a timeout,
     a KeyboardInterrupt from the notebook's stop button) every child is terminated, killed if it must be, and
     joined: no process is left behind.
 
@@ -150,6 +154,16 @@ def launch(worker, world_size: int, *args, timeout: float = 120.0, backend: str 
         import torch._dynamo  # noqa: F401
     elif start_method == "forkserver":
         context.set_forkserver_preload([__name__, "torch._dynamo"])
+    for attempt in range(FORMING_TRIES):
+        try:
+            return _run_ranks(context, task, world_size, backend, num_threads, timeout)
+        except _Unformed:
+            if attempt == FORMING_TRIES - 1:
+                raise
+
+
+def _run_ranks(context, task, world_size, backend, num_threads, timeout) -> list:
+    """Start the ranks on a free port, collect their results, and leave no rank running."""
     port = free_port()
     processes, readers, finished = [], [], False
     try:
@@ -199,6 +213,10 @@ def _cuda_spoils_fork() -> bool:
     return os.waitstatus_to_exitcode(status) != 0
 
 
+class _Unformed(RuntimeError):
+    """A rank could not join the process group: the worker has not run anywhere, and the ranks can be started again."""
+
+
 def _collect(processes, readers, world_size, timeout):
     """Wait for every rank's message; raise on the first failure, on a silent death, or at the deadline."""
     deadline = time.monotonic() + timeout
@@ -220,6 +238,9 @@ def _collect(processes, readers, world_size, timeout):
                                        f"(exit code {processes[rank].exitcode})") from None
                 if status == "error":
                     raise RuntimeError(f"rank {rank} of {world_size} failed; its traceback:\n\n{value}") from None
+                if status == "unformed":
+                    raise _Unformed(f"rank {rank} of {world_size} could not join the process group ({FORMING_TRIES} "
+                                    f"tries); its traceback:\n\n{value}") from None
                 results[rank] = value
                 del pending[rank]
             elif processes[rank].sentinel in ready:
@@ -271,7 +292,12 @@ def _child(task, rank, world_size, backend, port, num_threads, writer):
             # say True (the device count is remembered from the parent), and code that asks it before touching CUDA
             # (torch.distributed.checkpoint's file writer does) would fail. This rank runs on the CPU: say so.
             torch.cuda.is_available = lambda: False
-        dist.init_process_group(backend, rank=rank, world_size=world_size)
+        try:
+            dist.init_process_group(backend, rank=rank, world_size=world_size)
+        except Exception:
+            writer.send_bytes(pickle.dumps(("unformed", traceback.format_exc())))
+            writer.close()
+            return
         try:
             message = ("ok", to_cpu(worker(rank, world_size, *args)))
         finally:
