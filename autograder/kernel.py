@@ -20,7 +20,8 @@ from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning import LocalProvisioner
 from traitlets import Bool, Float, Integer, List, Unicode, default
 
-from . import processes, sandbox
+from . import limits, processes, sandbox
+from .relay import Relay
 
 # What every kernel of the course imports: a warm parent imports it once (ipykernel and torch always, warm.py).
 # torch.distributed.tensor, with the sympy it loads: 0.8 s, which torch.testing.assert_close and gradcheck pay on their
@@ -36,6 +37,7 @@ SANDBOX = Path(__file__).with_name("sandbox.py")
 PASSED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NBGRADER_EXECUTION", "CUDA_VISIBLE_DEVICES")
 UNFENCED_WARNING = ("UNFENCED: this kernel runs without the sandbox (--unfenced); student code can read, change and "
                     "signal everything the grader's user can")
+SANDBOX_OWN_PROCESSES = 2  # in a kernel's cgroup besides the kernel's own: bwrap's two, or a warm child and its PID 1
 
 
 class SandboxUnavailable(RuntimeError):
@@ -43,10 +45,18 @@ class SandboxUnavailable(RuntimeError):
 
 
 @cache
-def sandbox_problem(bwrap: str = "bwrap") -> str | None:
-    """Why a sandbox cannot start here, or None. Asked once per process."""
+def sandbox_check(bwrap: str = "bwrap") -> tuple[str | None, str | None]:
+    """Why a sandbox cannot start here, and why one started afresh gets bwrap's own user namespace (sandbox.py --plain:
+    its private folders capped in size, not in files); each None where it does not. Asked once per process."""
     result = subprocess.run([sys.executable, str(SANDBOX), "--check", "--bwrap", bwrap], capture_output=True, text=True)
-    return (result.stderr.strip() or f"exit code {result.returncode}") if result.returncode else None
+    said = result.stdout.strip()
+    return ((result.stderr.strip() or f"exit code {result.returncode}") if result.returncode else None,
+            said.removeprefix("plain: ") if said.startswith("plain: ") else None)
+
+
+def sandbox_problem(bwrap: str = "bwrap") -> str | None:
+    """Why a sandbox cannot start here, or None."""
+    return sandbox_check(bwrap)[0]
 
 
 def require_sandbox(bwrap: str = "bwrap") -> None:
@@ -105,6 +115,8 @@ class SandboxedKernelManager(AsyncKernelManager):
     processes = Integer(256, help="processes and threads a kernel may run at once").tag(config=True)
     scratch_mib = Integer(512, help="MiB of each private folder (home with the working folder, /tmp, /dev/shm), "
                                     "and of any one file").tag(config=True)
+    scratch_inodes = Integer(10_000, help="files and folders each private folder may hold: each costs the machine "
+                                          "about 1 kB of kernel memory, which no size in MiB counts").tag(config=True)
     read_only = List(Unicode(), help="folders the kernel may read, besides the Python environment; relative paths "
                                      "mean the course folder").tag(config=True)
     unfenced = Bool(False, help="start kernels without the sandbox, only with the limits: for machines where "
@@ -117,6 +129,9 @@ class SandboxedKernelManager(AsyncKernelManager):
                                                              "what every kernel of the course imports").tag(config=True)
     warm = Unicode("", help="the socket of this grading slot's warm parent (warm.py), set by the grader for each "
                             "grading: the kernel is forked from it; empty: a kernel started afresh").tag(config=True)
+
+    cgroup: limits.Cgroup | None = None  # this kernel's, where the machine offers cgroups (limits.py)
+    relay: Relay | None = None  # the kernel's own stdout and stderr, on their way to the grading's log
 
     @default("client_factory")
     def _ready_client(self):
@@ -155,16 +170,60 @@ class SandboxedKernelManager(AsyncKernelManager):
         else:
             require_sandbox(self.bwrap)
         self.kernel_spec.interrupt_mode = "message"  # a signal would stop bwrap, not the kernel inside
-        return [*self.sandbox_command(os.path.dirname(self.connection_file)), "--",
-                *super().format_kernel_cmd(extra_arguments)]
+        plain = not self.unfenced and sandbox_check(self.bwrap)[1] is not None
+        return [*self.sandbox_command(os.path.dirname(self.connection_file)),
+                *[f"--cgroup={folder}" for folder in (self.cgroup.folders() if self.cgroup else [])],
+                *(["--plain"] if plain else []), "--", *super().format_kernel_cmd(extra_arguments)]
 
     def sandbox_command(self, runtime: str) -> list[str]:
         """sandbox.py with this manager's settings, for a kernel (or a warm parent) whose runtime folder is `runtime`."""
         return [sys.executable, str(SANDBOX), f"--bwrap={self.bwrap}", f"--runtime={runtime}",
                 f"--memory={int(self.memory_gib * 2**30)}", f"--processes={self.processes}",
-                f"--scratch={self.scratch_mib << 20}", *[f"--read-only={p}" for p in self.environment_read_only()],
+                f"--scratch={self.scratch_mib << 20}", f"--inodes={self.scratch_inodes}",
+                *[f"--read-only={p}" for p in self.environment_read_only()],
                 *[f"--env={name}={os.environ[name]}" for name in PASSED_ENV if name in os.environ],
                 *(["--unfenced"] if self.unfenced else [])]
+
+    def limits_in_force(self) -> str:
+        """What bounds this kernel, and what counts it, for the grading's log."""
+        backend = limits.chosen()
+        if self.cgroup is not None:
+            memory = f"memory {self.memory_gib:g} GiB ({backend}, shared memory counted)"
+        else:
+            why = "its cgroup could not be made" if backend.version else str(backend)
+            memory = f"memory {self.memory_gib:g} GiB of data alone (RLIMIT_DATA; shared memory not counted: {why})"
+        processes = "cgroup pids and RLIMIT_NPROC" if self.cgroup and backend.counts("pids") else "RLIMIT_NPROC"
+        if self.unfenced:
+            folders = f"no private folders (unfenced), files of at most {self.scratch_mib} MiB"
+        elif (plain := sandbox_check(self.bwrap)[1]) is not None and not isinstance(self.provisioner, WarmProvisioner):
+            folders = f"private folders {self.scratch_mib} MiB each, files in them not capped ({plain})"
+        else:
+            folders = f"private folders {self.scratch_mib} MiB and {self.scratch_inodes} files each"
+        return f"{memory}, processes {self.processes} ({processes}), {folders}"
+
+    def new_cgroup(self) -> limits.Cgroup | None:
+        """This kernel's cgroup (None where the machine offers none, or it could not be made: the log says so)."""
+        backend = limits.chosen()
+        if not backend.version:
+            return None
+        extra = 0 if self.unfenced else SANDBOX_OWN_PROCESSES
+        try:
+            return backend.create(memory=int(self.memory_gib * 2**30), processes=self.processes + extra)
+        except limits.CgroupError as error:
+            self.log.warning("autograder: this kernel has no cgroup: %s", error.strerror)
+            return None
+
+    def out_of_memory(self) -> bool:
+        """Whether the kernel's cgroup saw a process killed for want of memory within its limit (a MemoryError is
+        raised where a process asks for more than its limit of data; memory shared or held in files, the cgroup
+        counts, and kills the kernel at its limit)."""
+        return self.cgroup is not None and self.cgroup.out_of_memory()
+
+    def withhold_kernel_output(self) -> None:
+        """From now on the kernel's own stdout and stderr reach the log as a count of bytes alone: to be called when
+        the first hidden test cell starts, after which the kernel may know hidden tests."""
+        if self.relay is not None:
+            self.relay.withhold()
 
     async def _async_pre_start_kernel(self, **kw):
         """A kernel forked from the slot's warm parent where there is one and it answers; else started afresh, saying
@@ -175,16 +234,42 @@ class SandboxedKernelManager(AsyncKernelManager):
                 self.provisioner = WarmProvisioner(kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self)
             else:
                 self.log.warning("autograder: this kernel starts afresh: the slot's warm parent is gone")
-        return await super()._async_pre_start_kernel(**kw)
+        self.cgroup = self.new_cgroup()
+        self.log.info("autograder: limits: %s", self.limits_in_force())
+        try:
+            kernel_cmd, kw = await super()._async_pre_start_kernel(**kw)
+        except BaseException:
+            self.drop_cgroup()
+            raise
+        self.relay = Relay()
+        return kernel_cmd, {**kw, "stdout": self.relay.write_end, "stderr": self.relay.write_end}
+
+    async def _async_launch_kernel(self, kernel_cmd: list[str], **kw) -> None:
+        try:
+            await super()._async_launch_kernel(kernel_cmd, **kw)
+        except BaseException:
+            self.drop_cgroup()
+            raise
+        finally:
+            self.relay.given()  # the kernel has its copy (or none): its output ends when it does
+
+    def drop_cgroup(self) -> None:
+        """The kernel's cgroup removed (now, or once its processes are gone), its peak memory said in the log."""
+        if self.cgroup is not None and not self.cgroup.removed:
+            peak = self.cgroup.peak()
+            if peak is not None:
+                self.log.info("autograder: the kernel's memory at its peak: %.0f MiB (its cgroup's count)",
+                              peak / 2**20)
+            self.cgroup.remove()
 
     def processes_inside(self) -> int:
         """How many processes run in the sandbox besides the kernel (and bwrap's own init), torchcourse.launch's fork
-        server and resource tracker not counted (warm kernels, which count them, are not used beside a GPU)."""
+        server and resource tracker not counted (beside a GPU, and in 06's lesson on start methods)."""
         process = getattr(self.provisioner, "process", None)
         if process is None or process.poll() is not None:
             return 0
         if isinstance(process, WarmKernel):
-            return process.count()
+            return process.count(uncounted=processes.LAUNCH_HELPERS)
         below = processes.running(processes.descendants(process.pid))
         helpers = processes.launch_helpers(below)  # torchcourse.launch's, beside a GPU
         return max(0, len(below) - len(helpers) - (1 if self.unfenced else 2))
@@ -197,6 +282,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         await super()._async_cleanup_resources(restart)
         if not restart:
             shutil.rmtree(os.path.dirname(self.connection_file), ignore_errors=True)
+        self.drop_cgroup()  # a restarted kernel gets a new one
 
     cleanup_resources = _async_cleanup_resources
 
@@ -251,9 +337,10 @@ class WarmKernel:
             self.answer("exit")
         return self.returncode
 
-    def count(self) -> int:
+    def count(self, uncounted: tuple[str, ...] = ()) -> int:
+        """The processes running beside the kernel, those whose command line starts with one of `uncounted` left out."""
         try:
-            self.connection.sendall(b'{"count": true}\n')
+            self.connection.sendall(json.dumps({"count": True, "uncounted": list(uncounted)}).encode() + b"\n")
             return self.answer("count") or 0
         except OSError:
             return 0
@@ -281,18 +368,20 @@ class WarmProvisioner(LocalProvisioner):
         _, beside = sandbox.files_beside(kwargs.get("cwd"))
         files, fds = [name for name, _ in beside], [fd for _, fd in beside]
         arguments = cmd[cmd.index("ipykernel_launcher") + 1:] if "ipykernel_launcher" in cmd else ["-f", km.connection_file]
+        cgroups = [os.open(path, os.O_WRONLY) for path in (km.cgroup.procs if km.cgroup else [])]
         order = {"connection_file": km.connection_file, "argv": arguments, "runtime": os.path.realpath(runtime),
                  "runtime_root": os.path.realpath(os.path.dirname(km.warm)), "home": sandbox.HOME,
                  "work": sandbox.WORK, "files": files, "memory": int(km.memory_gib * 2**30),
-                 "processes": km.processes, "scratch": km.scratch_mib << 20,
+                 "processes": km.processes, "scratch": km.scratch_mib << 20, "inodes": km.scratch_inodes,
+                 "cgroups": len(cgroups),
                  "env": sandbox.environment([f"{n}={os.environ[n]}" for n in PASSED_ENV if n in os.environ],
                                             sandbox.HOME, "/tmp")}
         try:
             if len(fds) > 250:  # what one message may carry
                 raise ValueError("more than 250 files beside the notebook")
-            self.process = WarmKernel(km.warm, order, [1, 2, *fds])
+            self.process = WarmKernel(km.warm, order, [kwargs["stdout"], kwargs["stderr"], *cgroups, *fds])
         finally:
-            for fd in fds:
+            for fd in cgroups + fds:
                 os.close(fd)
         self.pid, self.pgid = self.process.pid, None
         self.cwd = kwargs.get("cwd")

@@ -1,13 +1,19 @@
 """Start a student's kernel in a bubblewrap sandbox, or say why it cannot start.
 
     python autograder/sandbox.py --runtime DIR [--read-only DIR]... [--memory BYTES] [--processes N]
-        [--scratch BYTES] [--env NAME=VALUE]... [--unfenced] -- KERNEL COMMAND...
+        [--scratch BYTES] [--inodes N] [--cgroup DIR]... [--env NAME=VALUE]... [--plain] [--unfenced]
+        -- KERNEL COMMAND...
     python autograder/sandbox.py --check [--bwrap PATH]
 
 Inside, the kernel sees the machine's programs and libraries (/usr), the --read-only folders (the Python environment,
-the course's data), its runtime folder (connection file and ipc sockets) and a private, empty, size-capped home
-with its working folder, /tmp and /dev/shm; nothing else. It has its own PID, network (loopback only), IPC, UTS and
-user namespaces, runs as an unprivileged user with limits on memory and processes, and dies with its parent.
+the course's data), its runtime folder (connection file and ipc sockets) and a private, empty home with its working
+folder, /tmp and /dev/shm, each capped in size and in files; nothing else, and nothing it can write but these. It has
+its own PID, network (loopback only), IPC, UTS and user namespaces, runs as an unprivileged user with limits on memory
+and processes, in the --cgroup cgroups the grader made for it (joined before anything else runs), and dies with its
+parent. Inside the sandbox warm.py runs first, with the capabilities of the sandbox's user namespace: it caps the
+private folders in files (bwrap's --tmpfs takes a size alone), makes the rest read-only, drops the capabilities and
+becomes the kernel (warm.py's launch). --plain: bwrap's own user namespace, where nothing inside has a capability
+(for an ordinary user's machine where ours cannot be used: --check says): private folders capped in size alone.
 
 Run as a script (not -m): nothing of the grader is imported, and the kernel starts with a clean sys.path.
 Linux only, with bubblewrap (Debian's `bubblewrap`, the `bwrap` command). --unfenced starts the kernel with the
@@ -16,6 +22,7 @@ limits and a private home alone, for machines where bwrap cannot run.
 
 import argparse
 import ctypes
+import json
 import os
 import pwd
 import shutil
@@ -33,7 +40,8 @@ GENERATED_ETC = {  # the sandbox's own users and hosts, none of the machine's
     "hosts": "127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n",
     "hostname": "sandbox\n",
 }
-WARM_SCRIPT = "/.autograder-warm.py"  # where a warm parent's sandbox holds warm.py
+WARM_SCRIPT = "/.autograder-warm.py"  # where the sandbox holds warm.py, outside every folder a kernel imports from
+WARM_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm.py")
 MAX_STARTING_FILES = 256 << 20  # the files nbgrader puts beside the notebook (an assignment's data), at most
 CLONE_NEWUSER = 0x10000000
 
@@ -123,11 +131,18 @@ def hand_over(runtime: str) -> None:
 
 
 def limits(memory: int, processes: int, file_size: int) -> list[str]:
-    """prlimit, run inside the user namespace, where the process limit counts this sandbox's processes only.
+    """prlimit, for an --unfenced kernel (inside the sandbox, warm.py sets the same limits).
 
     Memory is limited as data (private writable memory), not address space, which CUDA reserves by the terabyte.
     """
     return ["prlimit", f"--data={memory}", f"--nproc={processes}", f"--fsize={file_size}", "--core=0", "--"]
+
+
+def join_cgroups(folders: list[str]) -> None:
+    """This process, and so all it starts, into the kernel's cgroups (made by the grader, which runs this script)."""
+    for folder in folders:
+        with open(os.path.join(folder, "cgroup.procs"), "w") as procs:
+            procs.write("0")
 
 
 def environment(pairs: list[str], home: str, tmp: str) -> dict[str, str]:
@@ -170,38 +185,42 @@ def root_user_namespace() -> int:
     """For a grader running as root: a user namespace where the sandbox's user is `nobody` outside.
 
     Root is exempt from the process limit, so the kernel must not be root. Inside, uid 0 stays root (so that bwrap
-    can bind folders only root can reach) until `setpriv` makes the kernel uid 1000, that is `nobody`.
+    can bind folders only root can reach) until warm.py makes the kernel uid 1000, that is `nobody`.
     """
     nobody = pwd.getpwnam("nobody")
     return user_namespace(f"0 0 1\n{UID} {nobody.pw_uid} 1\n", f"0 0 1\n{UID} {nobody.pw_gid} 1\n")
 
 
 def own_user_namespace() -> int:
-    """For a warm parent of an ordinary user's grader: a namespace mapping the sandbox's user to this one, made by us,
-    not by bwrap, so that the mounts bwrap makes in it stay ours to change (a child's fresh /proc needs that)."""
+    """For an ordinary user's grader: a namespace mapping the sandbox's user to this one, made by us, not by bwrap, so
+    that the mounts bwrap makes in it stay ours to change (a warm child's fresh /proc, the launcher's capped
+    folders)."""
     return user_namespace(f"{UID} {os.getuid()} 1\n", f"{UID} {os.getgid()} 1\n")
 
 
-def identity(runtime: str, warm: bool = False) -> tuple[list[str], list[str]]:
-    """bwrap's options for the sandbox's user, and the command that must come first inside.
-
-    A warm parent keeps its capabilities inside its namespace (to make each child's namespaces); each child drops them
-    and becomes the sandbox's user (warm.py)."""
-    if warm:
-        return ["--userns", str(root_user_namespace() if os.geteuid() == 0 else own_user_namespace()),
-                "--cap-add", "ALL"], []
-    if os.geteuid() != 0:
-        return ["--unshare-user", "--disable-userns", "--uid", str(UID), "--gid", str(UID)], []
-    hand_over(runtime)
-    become = ["setpriv", f"--reuid={UID}", f"--regid={UID}", "--clear-groups", "--inh-caps=-all",
-              "--bounding-set=-all", "--"]
-    return ["--userns", str(root_user_namespace())], become
+def identity(runtime: str, warm: bool = False, plain: bool = False) -> list[str]:
+    """bwrap's options for the sandbox's user namespace: one made by us, in which warm.py (a warm parent, or the
+    launcher of a kernel started afresh) keeps its capabilities to mount and cap the private folders, then drops them
+    and becomes the sandbox's user (a warm parent's child, or the launcher). `plain`, for an ordinary user: bwrap's own
+    namespace, where nothing inside has a capability. As root, never plain: bwrap's namespace would map the sandbox's
+    user to root."""
+    if plain and os.geteuid() != 0:
+        return ["--unshare-user", "--disable-userns", "--uid", str(UID), "--gid", str(UID)]
+    if os.geteuid() == 0 and not warm:
+        hand_over(runtime)  # its kernel, `nobody` outside, writes its sockets there
+    return ["--userns", str(root_user_namespace() if os.geteuid() == 0 else own_user_namespace()), "--cap-add", "ALL"]
 
 
 def bwrap_command(args, kernel: list[str], files_from: str | None, warm: bool = False) -> list[str]:
-    """The whole bwrap command line that starts `kernel` in the sandbox (with `warm`, the warm parent of warm.py,
-    which makes each hand-in's private folders and limits itself)."""
-    user, become = identity(args.runtime, warm)
+    """The whole bwrap command line that starts `kernel` in the sandbox through warm.py's launcher (with `warm`,
+    `kernel` is the warm parent's socket and modules: warm.py's parent, which makes each hand-in's private folders
+    itself)."""
+    plain = getattr(args, "plain", False) and not warm and os.geteuid() != 0
+    user = identity(args.runtime, warm, plain)
+    order = {"memory": args.memory, "processes": args.processes, "scratch": args.scratch, "inodes": args.inodes,
+             "home": HOME, "capable": not plain}
+    first = [sys.executable, WARM_SCRIPT, json.dumps(order)] if warm else \
+        [sys.executable, "-I", "-S", WARM_SCRIPT, "--launch", json.dumps(order), "--"]  # the standard library alone
     env = environment(args.env, HOME, "/tmp")
     private = [a for path in ("/tmp", "/dev/shm", HOME) for a in ("--size", str(args.scratch), "--perms", "1777",
                                                                  "--tmpfs", path)]
@@ -210,28 +229,37 @@ def bwrap_command(args, kernel: list[str], files_from: str | None, warm: bool = 
             *[a for name, value in env.items() for a in ("--setenv", name, value)],
             # bwrap mounts in this order: the private folders first, so that none hides a folder bound below it
             # (a course under /tmp, /dev/shm or a home folder)
-            "--proc", "/proc", "--dev", "/dev", *private, *binds(args.read_only),
+            "--proc", "/proc", "--dev", "/dev", *private, *binds(args.read_only), "--ro-bind", WARM_PY, WARM_SCRIPT,
             "--perms", "0777", "--dir", WORK, *starting_files(files_from),
             "--bind", args.runtime, os.path.realpath(args.runtime), "--chdir", WORK]
-    return command + reachable(command) + ["--", *become, *([] if warm else limits(args.memory, args.processes, args.scratch)),
-                                           *kernel]
+    return command + reachable(command) + ["--", *first, *kernel]
 
 
-def check(bwrap: str) -> int:
-    """Can a sandbox start here, as this user? Exit 0, or 1 having said why on stderr."""
-    if shutil.which(bwrap) is None:
-        print(f"{bwrap} is not there: bubblewrap is not installed (Debian and Ubuntu: apt install bubblewrap)",
-              file=sys.stderr)
-        return 1
+def trial(bwrap: str, plain: bool) -> subprocess.CompletedProcess:
+    """A sandbox started as a kernel's would be, its process asserting that it is the sandbox's user."""
     runtime = os.path.realpath(f"/tmp/autograder-check-{os.getpid()}-{time.monotonic_ns()}")
     os.mkdir(runtime, 0o700)
     try:
         args = argparse.Namespace(runtime=runtime, env=[], read_only=[sys.prefix, sys.base_prefix], memory=1 << 30,
-                                  processes=64, scratch=1 << 20, bwrap=bwrap)
+                                  processes=64, scratch=1 << 20, inodes=64, bwrap=bwrap, plain=plain)
         command = bwrap_command(args, [sys.executable, "-c", "import os; assert os.getuid() == 1000"], None)
-        result = subprocess.run(command, capture_output=True, text=True, close_fds=False, cwd=runtime)
+        return subprocess.run(command, capture_output=True, text=True, close_fds=False, cwd=runtime)
     finally:
         shutil.rmtree(runtime, ignore_errors=True)
+
+
+def check(bwrap: str) -> int:
+    """Can a sandbox start here, as this user? Exit 0 (saying "plain: WHY" on stdout where only a --plain one can),
+    or 1 having said why on stderr."""
+    if shutil.which(bwrap) is None:
+        print(f"{bwrap} is not there: bubblewrap is not installed (Debian and Ubuntu: apt install bubblewrap)",
+              file=sys.stderr)
+        return 1
+    result = trial(bwrap, plain=False)
+    said = result.stderr.strip().splitlines()
+    if result.returncode and os.geteuid() != 0 and trial(bwrap, plain=True).returncode == 0:
+        print(f"plain: {said[-1] if said else f'exit code {result.returncode}'}")  # ours failed, bwrap's own works
+        return 0
     if result.returncode:
         print(f"bwrap cannot start a sandbox here: {result.stderr.strip() or f'exit code {result.returncode}'}",
               file=sys.stderr)
@@ -248,6 +276,11 @@ def main() -> None:
     parser.add_argument("--memory", type=int, default=4 << 30, help="bytes of data memory")
     parser.add_argument("--processes", type=int, default=256, help="processes and threads at once")
     parser.add_argument("--scratch", type=int, default=512 << 20, help="bytes of each private folder, and of a file")
+    parser.add_argument("--inodes", type=int, default=10_000, help="files and folders in each private folder")
+    parser.add_argument("--cgroup", action="append", default=[], help="a cgroup folder to join first (one per "
+                                                                       "hierarchy): the kernel's, made by the grader")
+    parser.add_argument("--plain", action="store_true", help="bwrap's own user namespace: private folders capped in "
+                                                             "size alone (where --check says so)")
     parser.add_argument("--env", action="append", default=[], help="NAME=VALUE to pass to the kernel")
     parser.add_argument("--unfenced", action="store_true", help="no sandbox: the limits and a private home alone")
     parser.add_argument("--warm", metavar="SOCKET", help="start warm.py's parent, listening on SOCKET (in --runtime), "
@@ -255,16 +288,16 @@ def main() -> None:
     parser.add_argument("kernel", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     kernel = args.kernel[1:] if args.kernel[:1] == ["--"] else args.kernel
+    join_cgroups(args.cgroup)
     if args.unfenced:
         home, tmp = (os.path.join(args.runtime, name) for name in ("home", "tmp"))
         for folder in (home, tmp):
             os.makedirs(folder, exist_ok=True)
         command = limits(args.memory, args.processes, args.scratch) + kernel
         os.execvpe(command[0], command, environment(args.env, home, tmp))
-    if args.warm:  # warm.py, bound read-only where no kernel's import finds it
-        script = ["--ro-bind", os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm.py"), WARM_SCRIPT]
-        command = bwrap_command(args, [sys.executable, WARM_SCRIPT, args.warm, *kernel], None, warm=True)
-        os.execvp(args.bwrap, command[:1] + script + command[1:])
+    if args.warm:
+        command = bwrap_command(args, [args.warm, *kernel], None, warm=True)
+        os.execvp(command[0], command)
     command = bwrap_command(args, kernel, os.getcwd())  # nbgrader starts the kernel beside the notebook
     os.execvp(command[0], command)
 

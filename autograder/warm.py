@@ -1,21 +1,29 @@
-"""A warm kernel: a sandboxed parent that has imported what every kernel imports, forking a fresh kernel per hand-in.
+"""A warm kernel: a sandboxed parent that has imported what every kernel imports, forking a fresh kernel per hand-in;
+and the launcher of a kernel started afresh, which readies its sandbox as a forked kernel's is readied.
 
-    python autograder/warm.py SOCKET [MODULE]...      (started by sandbox.py --warm, inside its bubblewrap sandbox)
+    python autograder/warm.py LIMITS SOCKET [MODULE]...     (started by sandbox.py --warm, in its bubblewrap sandbox)
+    python autograder/warm.py --launch LIMITS -- KERNEL...   (started by sandbox.py, in its bubblewrap sandbox)
+
+LIMITS: JSON, the sandbox's limits (memory, processes, scratch: bytes of each private folder and of a file, inodes:
+files and folders in each private folder, home, capable: whether this process holds the capabilities of the sandbox's
+user namespace). Either way it first caps bwrap's private folders in files (bwrap's --tmpfs takes a size alone) and
+forbids new user namespaces in the sandbox's (a kernel exploit's reach stays as small as it is).
 
 The parent imports ipykernel, torch and MODULE... once, starts no thread, touches no CUDA, runs no student code, and
-listens on SOCKET. For each connection it forks a child that becomes that hand-in's kernel, in namespaces of its own:
-mounts (a fresh, size-capped /tmp, /dev/shm and home with the working folder; the root and /dev read-only; every
-other hand-in's runtime folder, and the parent's socket, hidden), PIDs (a fresh /proc: no process of the parent's
-or another hand-in's is visible or signalled), network (loopback only, its own ports) and SysV IPC. It then becomes
-the sandbox's user without capabilities, with the limits, and runs ipykernel. Forking takes milliseconds where a
-fresh interpreter takes seconds to import torch (FACTS.md); a child that ends, however it ends, leaves the parent as
-it was, because the parent never runs what a child runs.
+listens on SOCKET. For each connection it forks a child that joins the kernel's cgroups, then becomes that hand-in's
+kernel, in namespaces of its own: mounts (a fresh /tmp, /dev/shm and home with the working folder, capped in size
+and files; the root and /dev read-only; every other hand-in's runtime folder, and the parent's socket, hidden), PIDs
+(a fresh /proc: no process of the parent's or another hand-in's is visible or signalled), network (loopback only, its
+own ports) and SysV IPC. It then becomes the sandbox's user without capabilities, with the limits, and runs ipykernel.
+Forking takes milliseconds where a fresh interpreter takes seconds to import torch (FACTS.md); a child that ends,
+however it ends, leaves the parent as it was, because the parent never runs what a child runs.
 
 The protocol, one JSON line each way: the grader sends its order with descriptors (SCM_RIGHTS: the kernel's stdout
-and stderr, then the files beside the notebook); the parent answers {"started": pid}, then {"exit": code} when the
-kernel ended (128 + N for a signal, as bwrap reports it) and every process of its namespace is gone. The grader may
-send {"count": true} (answer {"count": n}: the processes running beside the kernel) and {"kill": true}; closing the
-connection kills the kernel too.
+and stderr, the cgroup.procs files of its cgroups (order["cgroups"] of them), then the files beside the notebook); the
+parent answers {"started": pid}, then {"exit": code} when the kernel ended (128 + N for a signal, as bwrap reports it)
+and every process of its namespace is gone. The grader may send {"count": true, "uncounted": [PREFIX...]} (answer
+{"count": n}: the processes running beside the kernel, but those whose command line starts with a PREFIX) and
+{"kill": true}; closing the connection kills the kernel too.
 
 Run as a script (not -m), like sandbox.py: nothing of the grader is imported. Linux only.
 """
@@ -43,6 +51,8 @@ KERNEL_MODULES = ("ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshe
                   "IPython.core.completerlib", "IPython.core.debugger", "IPython.core.oinspect",
                   "IPython.extensions.storemagic")
 PROC_COVERED = ("sys", "sysrq-trigger", "irq", "bus")  # read-only in a fresh /proc, as bwrap makes its own
+# A hand-in's runtime root holds only the folders above its runtime folder's mount point
+RUNTIME_ROOT = "size=1m,nr_inodes=8,mode=0755"
 
 
 def check(result: int, what: str) -> None:
@@ -78,15 +88,47 @@ def bound_below(folders: tuple[str, ...], skip: str) -> list[tuple[str, int, int
     return [(path, os.open(path, os.O_PATH), flags) for path, flags in sorted(found, key=lambda p: p[0].count("/"))]
 
 
+def scratch(order: dict) -> tuple[str, ...]:
+    """The private folders: /tmp, /dev/shm and the home (which holds the working folder)."""
+    return ("/tmp", "/dev/shm", order["home"])
+
+
+def scratch_options(order: dict) -> str:
+    """A private folder's tmpfs options: its size, and its number of files and folders, each of which costs the
+    machine about 1 kB of kernel memory that no size counts (a tmpfs's default allows half the machine's pages)."""
+    return f"size={order['scratch']},nr_inodes={order['inodes']}"
+
+
+def cap_scratch(order: dict) -> None:
+    """bwrap's private folders, mounted with a size alone, capped in files too."""
+    for path in scratch(order):
+        mount(None, path, None, MS_REMOUNT | MS_NOSUID | MS_NODEV, scratch_options(order))
+
+
+def no_user_namespaces() -> None:
+    """No process of the sandbox's user namespace, which every kernel of it is in, may make another (what bwrap's
+    --disable-userns does in a namespace bwrap made): a kernel exploit's reach stays as small as it is. Where this
+    /proc does not let it (a bubblewrap that covers /proc/sys), said on stderr: the kernel's log."""
+    try:
+        with open("/proc/sys/user/max_user_namespaces", "w") as f:
+            f.write("0")
+    except OSError as error:
+        print(f"autograder: kernels may make user namespaces here ({error})", file=sys.stderr, flush=True)
+
+
+def read_only_root() -> None:
+    """The root and /dev read-only: bwrap's tmpfs, uncapped, are writable by an ordinary grader's sandbox user."""
+    for path in ("/", "/dev"):
+        mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID)
+
+
 def private_folders(order: dict, files: list[int]) -> None:
     """This hand-in's mounts: fresh scratch folders, its runtime folder alone, read-only root and /dev."""
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     mine = os.open(order["runtime"], os.O_RDONLY | os.O_DIRECTORY)  # before a fresh /tmp may hide it
-    size = f"size={order['scratch']},mode=1777"
-    scratch = ("/tmp", "/dev/shm", order["home"])
-    below = bound_below(scratch, order["runtime_root"])
-    for path in scratch:
-        mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, size)
+    below = bound_below(scratch(order), order["runtime_root"])
+    for path in scratch(order):
+        mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"{scratch_options(order)},mode=1777")
     for path, fd, flags in below:  # bound again where the fresh folders hid them, as they were
         os.makedirs(path, exist_ok=True)
         mount(f"/proc/self/fd/{fd}", path, None, MS_BIND)
@@ -107,12 +149,11 @@ def private_folders(order: dict, files: list[int]) -> None:
         os.chmod(path, 0o666)
     # the runtime root holds every hand-in's sockets and the parent's: only this hand-in's own stays visible
     os.makedirs(order["runtime_root"], exist_ok=True)
-    mount("tmpfs", order["runtime_root"], "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    mount("tmpfs", order["runtime_root"], "tmpfs", MS_NOSUID | MS_NODEV, RUNTIME_ROOT)
     os.makedirs(order["runtime"], exist_ok=True)
     mount(f"/proc/self/fd/{mine}", order["runtime"], None, MS_BIND)
     os.close(mine)
-    for path in ("/", "/dev"):
-        mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID)
+    read_only_root()
 
 
 def fresh_proc() -> None:
@@ -185,11 +226,21 @@ def init(kernel: int) -> int:
             return code_of(status)
 
 
+def join_cgroups(fds: list[int]) -> None:
+    """This process, and so all it forks, into the kernel's cgroups, through their cgroup.procs files as the grader
+    opened them (with its permission, which this process need not have); then they are closed."""
+    for fd in fds:
+        os.write(fd, b"0")
+        os.close(fd)
+
+
 def child(order: dict, fds: list[int]) -> int:
-    """The hand-in's side of a fork: its namespaces and folders, then PID 1, then the kernel."""
+    """The hand-in's side of a fork: its cgroups, its namespaces and folders, then PID 1, then the kernel."""
+    cgroups = order.get("cgroups", 0)
+    join_cgroups(fds[2:2 + cgroups])
     check(libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC), "unshare")
     loopback_up()
-    private_folders(order, fds[2:])
+    private_folders(order, fds[2 + cgroups:])
     first = os.fork()  # PID 1 of the new namespace
     if first:
         return code_of(os.waitpid(first, 0)[1])
@@ -284,8 +335,10 @@ class Parent:
             ask = json.loads(line)
             if pid is not None and ask.get("kill"):
                 self.kill(pid)
-            elif pid is not None and ask.get("count"):
-                self.send(connection, {"count": max(0, len(descendants(pid)) - 2)})  # besides PID 1 and the kernel
+            elif pid is not None and ask.get("count"):  # besides PID 1, the kernel and what the grader does not count
+                uncounted = tuple(ask.get("uncounted", ()))
+                left = [p for p in descendants(pid) if not started_as(p, uncounted)]
+                self.send(connection, {"count": max(0, len(left) - 2)})
 
     def kill(self, pid: int) -> None:
         """End a child's namespace by killing its PID 1: the kernel then kills and waits for every process in it, so
@@ -341,6 +394,15 @@ def children(pid: int) -> list[int]:
         return []
 
 
+def started_as(pid: int, prefixes: tuple[str, ...]) -> bool:
+    """Whether an argument of the process's command line starts with one of `prefixes`."""
+    import psutil
+    try:
+        return bool(prefixes) and any(arg.startswith(prefixes) for arg in psutil.Process(pid).cmdline())
+    except psutil.Error:
+        return False
+
+
 def descendants(pid: int) -> list[int]:
     """Every process below `pid` still running (this parent sees into its children's namespaces)."""
     import psutil
@@ -366,8 +428,24 @@ def warm_caches() -> None:
             pass
 
 
+def launch(order: dict, command: list[str]) -> None:
+    """A kernel started afresh, its sandbox readied as a forked kernel's: private folders capped in size and files,
+    the root and /dev read-only, the sandbox's user without capabilities and with the limits; then the kernel.
+    Without the capabilities (sandbox.py --plain), the limits alone."""
+    if order["capable"]:
+        cap_scratch(order)
+        no_user_namespaces()
+        read_only_root()
+    become_student(order)
+    os.execvp(command[0], command)
+
+
 def main() -> None:
-    path, modules = sys.argv[1], sys.argv[2:]
+    if sys.argv[1] == "--launch":
+        launch(json.loads(sys.argv[2]), sys.argv[sys.argv.index("--") + 1:])
+    order, path, modules = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3:]
+    cap_scratch(order)  # its own private folders, which no kernel sees (each child mounts its own)
+    no_user_namespaces()
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no kernel may read this process's memory through /proc
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")  # as ipykernel sets it
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # ipykernel's debugger warns of frozen modules
