@@ -31,3 +31,9 @@ c.GenerateFeedback.preprocessors = ["nbgrader.preprocessors.GetGrades", "autogra
                                     "autograder.feedback.ExerciseSummary",
                                     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
 c.GenerateFeedback.exporter_class = "autograder.feedback.FeedbackPage"  # nbconvert's page, without its slow rewrite
+# Pages that show a hand-in run none of its code: every HTMLExporter reading this file (the feedback's, and formgrader's
+# view of a submission, served from the Jupyter server's own origin) sanitises markdown and outputs' HTML and leaves
+# JavaScript and widget outputs out (nbconvert's sanitize_html, two of its filters replaced: autograder/feedback.py).
+c.HTMLExporter.sanitize_html = True
+c.HTMLExporter.filters = {"markdown2html": "autograder.feedback.SanitisedMarkdown",
+                          "clean_html": "autograder.feedback.sanitised"}

@@ -6,6 +6,10 @@ on, the feedback keeps, for each test cell, whether it failed, the exception's n
 and the message only if it is one the instructor wrote in that cell, with the values filled into it left out.
 Earlier cells keep their outputs: the execute step (execute.py) stops later messages from changing them.
 The first cell then sums up each exercise (ExerciseSummary), from the outputs as the feedback shows them.
+
+A page that shows a hand-in runs none of it: nbgrader_config.py has every HTMLExporter (the feedback's, formgrader's
+view of a submission) sanitise markdown and outputs' HTML (SanitisedMarkdown, sanitised) and leave JavaScript and widget
+outputs out, and the feedback page also carries a policy that lets no script run (PAGE_POLICY).
 """
 
 import ast
@@ -15,12 +19,15 @@ import json
 import re
 from functools import lru_cache
 
+import bleach
+from bleach.css_sanitizer import CSSSanitizer
 from jinja2 import BytecodeCache, pass_context
 from nbconvert.exporters import HTMLExporter, TemplateExporter
 from nbconvert.filters.highlight import Highlight2HTML
 from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 from nbformat import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets.config import LoggingConfigurable
 
 from torchcourse.check import HIDDEN, answer_cells, grading, test_cells  # HIDDEN: the one definition of the markers
 
@@ -36,6 +43,22 @@ MARKDOWN_LITERAL = str.maketrans({c: f"&#{ord(c)};" for c in "|*_`[]$\\~#!"})
 NO_ALT = re.compile(r"<img(?![^>]*\balt=)", re.IGNORECASE)
 ERROR_NAMES = {name for name, value in vars(builtins).items() if isinstance(value, type)
                and issubclass(value, BaseException)} | {"CellTimeoutError", "DeadKernelError"}
+# What a lesson's markdown renders to (mistune's HTML, Pygments' code blocks, tables) and a plain HTML output needs, and
+# nothing a browser runs or fetches: no script, event handler, frame, form, style sheet, inline SVG or image (formgrader
+# would load a hand-in's image from anywhere; a plot is an output, which the template draws itself); links by http(s),
+# mailto or a relative address (bleach's protocols). Any other tag is shown as text, any other attribute left out.
+SAFE_TAGS = bleach.ALLOWED_TAGS | {"p", "div", "span", "pre", "br", "hr", "del", "s", "sub", "sup", "kbd",
+                                   "h1", "h2", "h3", "h4", "h5", "h6", "dl", "dt", "dd",
+                                   "table", "caption", "thead", "tbody", "tfoot", "tr", "th", "td"}
+SAFE_ATTRIBUTES = {**bleach.ALLOWED_ATTRIBUTES, "*": ["class"], "ol": ["start"],
+                   **{f"h{level}": ["id"] for level in range(1, 7)},  # nbconvert's heading anchors
+                   "th": ["style"], "td": ["style"]}  # a markdown table's alignment, the one style allowed
+SAFE_STYLES = CSSSanitizer(allowed_css_properties=["text-align"])
+# The feedback page's and report.html's own: no script at all (so MathJax neither: formulas show as TeX), no request
+# (inline styles, data: images and fonts only), no <base> or form to send anything elsewhere.
+PAGE_POLICY = ("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
+               "img-src data:; font-src data:; base-uri 'none'; form-action 'none'\">")
+HEAD = re.compile(r"<head\b[^>]*>", re.IGNORECASE)
 
 
 @lru_cache(maxsize=4096)
@@ -141,6 +164,27 @@ class ExerciseSummary(NbGraderPreprocessor):
         return nb, resources
 
 
+@lru_cache(maxsize=4096)
+def sanitised(markup) -> str:
+    """Jinja filter `clean_html`, in place of nbconvert's (which shows a lesson's headings and paragraphs as text): HTML
+    from a hand-in with nothing a browser would run. Kept: a lesson's markdown is alike in every hand-in, sanitised once
+    in the batch's process (grade_one.warm_up)."""
+    markup = markup.decode() if isinstance(markup, bytes) else str(markup)  # an SVG comes as bytes
+    return bleach.clean(markup, tags=SAFE_TAGS, attributes=SAFE_ATTRIBUTES, css_sanitizer=SAFE_STYLES)
+
+
+class SanitisedMarkdown(LoggingConfigurable):
+    """Jinja filter `markdown2html`: the exporter's own (its settings, the cell's attachments), sanitised. nbconvert's
+    templates sanitise markdown cells under `sanitize_html`, but nbgrader's feedback and formgrade templates render them
+    themselves, without it: all of them go through this filter."""
+
+    @pass_context  # as nbconvert's: Jinja hands it the template's context (the cell)
+    def __call__(self, context, source):
+        return sanitised(self.parent.markdown2html(context, source))
+
+    jinja_pass_arg = __call__.jinja_pass_arg  # Jinja looks for it on the filter, here an instance, not on its __call__
+
+
 class KeptHighlight(Highlight2HTML):
     """nbconvert's syntax highlighting (Pygments: most of a page's rendering), kept per cell source: the lesson's cells
     are alike in every hand-in, highlighted once in the batch's process (grade_one.warm_up), which each grading forks."""
@@ -203,4 +247,7 @@ class FeedbackPage(HTMLExporter):
         self.register_filter("filter_data_type", WidgetsDataTypeFilter(notebook_metadata=self._nb_metadata,
                                                                        parent=self, resources=resources))
         page, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
+        page, heads = HEAD.subn(lambda head: f"{head.group()}\n{PAGE_POLICY}", page, count=1)
+        if not heads:  # a policy outside <head> is ignored: no page rather than one that could run a hand-in's script
+            raise ValueError("the feedback template made a page without <head>: no place for its script policy")
         return NO_ALT.sub('<img alt="No description has been provided for this image"', page), resources

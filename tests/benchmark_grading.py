@@ -48,6 +48,7 @@ def stock_nbgrader(course: Path) -> Path:
     with open(course / "nbgrader_config.py", "a") as f:
         f.write("".join(f"\nc.{name} = {steps!r}" for name, steps in named.items()) + "\n")
         f.write('c.GenerateFeedback.exporter_class = "nbconvert.exporters.HTMLExporter"\n')
+        f.write("c.HTMLExporter.sanitize_html = False\nc.HTMLExporter.filters = {}\n")  # nbconvert's own page
     return course
 
 

@@ -1,5 +1,6 @@
 """What a student sees in JupyterLab, in a real browser: every solution runs from the UI (no error, nothing on stderr,
-its figures and live widgets shown), and nbgrader's Validate button."""
+its figures and live widgets shown), and nbgrader's Validate button; what an instructor sees: report.html, and the
+pages that show a hand-in (its feedback, formgrader's view of it), which run none of its script."""
 
 import json
 import os
@@ -15,9 +16,11 @@ from collections import namedtuple
 from contextlib import contextmanager
 from pathlib import Path
 
+import nbformat
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout, sync_playwright
 
+import payloads
 from course import BIN, ROOT, answer_ids, free_port, assignments, graded_cells_of, read, release_path, solution_answers, source_path
 from torchcourse.check import grading
 
@@ -124,16 +127,16 @@ def browser():
             chromium.close()
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    """The project's JupyterLab, as `make lab` starts it, on a free loopback port with a random token."""
-    home = tmp_path_factory.mktemp("lab")
+@contextmanager
+def jupyter_lab(root: Path, home: Path):
+    """JupyterLab as `make lab` starts it, serving `root` from `root` (where nbgrader and formgrader read
+    nbgrader_config.py), on a free loopback port with a random token; its settings and log under `home`."""
     for name, values in LAB_SETTINGS.items():
         (home / "settings" / name).parent.mkdir(parents=True, exist_ok=True)
         (home / "settings" / f"{name}.jupyterlab-settings").write_text(json.dumps(values))
     port = free_port()
     lab = Lab(f"http://127.0.0.1:{port}", secrets.token_hex(16))
-    command = [BIN / "jupyter", "lab", f"--ServerApp.root_dir={ROOT}", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+    command = [BIN / "jupyter", "lab", f"--ServerApp.root_dir={root}", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
                "--ServerApp.port_retries=0", f"--IdentityProvider.token={lab.token}", "--no-browser", "--ServerApp.open_browser=False",
                # ours, not the user's: settings, workspaces, and checkpoints (absolute: no .ipynb_checkpoints in solutions/)
                f"--LabApp.user_settings_dir={home / 'settings'}", f"--LabApp.workspaces_dir={home / 'workspaces'}",
@@ -143,7 +146,7 @@ def lab(tmp_path_factory):
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")  # nbgrader's Validate calls the venv
     log = home / "server.log"
     # cwd: nbgrader's Validate reads nbgrader_config.py from the server's working folder
-    server = subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log.open("w"),
+    server = subprocess.Popen(command, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=log.open("w"),
                               stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
@@ -158,6 +161,13 @@ def lab(tmp_path_factory):
         yield lab
     finally:
         stop(server, lab)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """The project's JupyterLab, on this repository."""
+    with jupyter_lab(ROOT, tmp_path_factory.mktemp("lab")) as lab:
+        yield lab
 
 
 @contextmanager
@@ -370,3 +380,88 @@ def test_report_of_a_graded_class_in_chromium(browser, tmp_path):
     failures = dict(exercises[FIRST]["failures"])
     assert any(HOSTILE_MESSAGE in message for message in failures), failures
     assert sum(failures.values()) >= 2, f"wrong and hostile fail {FIRST}, each counted ({shot})"
+
+
+# --- pages that show a hand-in carrying script (tests/payloads.py) run none of it -----------------------------------
+PAGE_JS = f"""() => ({{ran: window.{payloads.MARK} ?? null, title: document.title, text: document.body.innerText,
+  images: [...document.images].filter(i => i.src.startsWith('data:image/')).map(i => i.naturalWidth),
+  policy: document.querySelector('head meta[http-equiv="Content-Security-Policy"]')?.content ?? null}})"""
+# The scores formgrader's own script loads into its page (as placeholders: no score was entered by hand)
+SCORES_JS = "() => Object.fromEntries([...document.querySelectorAll('input.score')].map(i => [i.id, i.placeholder]))"
+
+
+@pytest.fixture(scope="module")
+def scripted_class(tmp_path_factory):
+    """One hand-in whose markdown and outputs carry script (its first answer displays the outputs), its second answer
+    failing, graded into a course of its own: (the course, the grader's output folder)."""
+    from handins import FIRST, SECOND, grade, right, right_answers, scratch_course, write, write_folder
+    folder = tmp_path_factory.mktemp("scripted")
+    nb = right(**{FIRST: f"{right_answers()[FIRST]}\n\n{payloads.display_code()}",
+                  SECOND: "def clip(x, low, high):\n    raise ValueError('not written yet')"})
+    nb.cells.insert([cell.id for cell in nb.cells].index("lesson") + 1,
+                    nbformat.v4.new_markdown_cell(payloads.MARKDOWN, id="payloads"))
+    course, out = scratch_course(folder / "course"), folder / "out"
+    grade(course, write_folder(folder / "submissions", {"scripted": write(nb)}), "--out", str(out))
+    return course, out
+
+
+def shown_by(page, url: str, name: str, ready: str = "() => true") -> dict:
+    """What the page at `url` shows once `ready` holds and its payloads had their chance, its script-carrying link
+    followed (a javascript: address runs only then); a screenshot of it named `name`."""
+    page.goto(url)
+    page.wait_for_function(ready)
+    link = page.get_by_text(payloads.LINK_TEXT)
+    if link.count():
+        link.first.click()
+    try:  # an inline script or handler has run by the load event, a followed link's script soon after
+        page.wait_for_function(f"() => window.{payloads.MARK}", timeout=2_000)
+    except PlaywrightTimeout:
+        pass
+    page.screenshot(path=SHOTS / f"{name}.png", full_page=True)
+    return page.evaluate(PAGE_JS)
+
+
+def shows_the_lesson(shown: dict) -> list[str]:
+    """What a page of the scripted hand-in fails to show of the lesson and the hand-in; [] when it shows it all: the
+    lesson's text, the outputs' text, the payloads' markdown as text, and the PNG and SVG images drawn."""
+    kept = ["Exercise 1. Write mean(xs)", payloads.LESSON_TEXT, payloads.HTML_OUTPUT_TEXT,
+            payloads.MARKDOWN_OUTPUT_TEXT, f"<script>top.{payloads.MARK}"]
+    missing = [f"text {text!r}" for text in kept if text not in shown["text"]]
+    return missing + ([f"images {shown['images']}"] if len(shown["images"]) != 2 or 0 in shown["images"] else [])
+
+
+@pytest.mark.sandbox
+def test_the_feedback_and_report_of_a_hand_in_carrying_script_run_none_of_it(browser, scripted_class):
+    _, out = scripted_class
+    page = browser.new_page(viewport=VIEWPORT)
+    try:
+        feedback = shown_by(page, (out / "feedback" / "scripted.html").as_uri(), "scripted-feedback")
+        report = shown_by(page, (out / "report.html").as_uri(), "scripted-report")
+    finally:
+        page.close()
+    assert feedback["ran"] is None and feedback["title"] == "01_basics", f"the feedback ran {feedback['ran']}"
+    assert not (missing := shows_the_lesson(feedback)), f"the feedback does not show {missing}"
+    assert re.search(r"ex1_mean\b.*\t3 / 3\tpassed", feedback["text"]), feedback["text"][:2000]
+    assert re.search(r"ex2_clip\b.*\t0 / 3\t\w", feedback["text"]), feedback["text"][:2000]
+    assert report["ran"] is None and "graded\t1\tscripted" in report["text"], report["text"][:2000]
+    for page_shown in (feedback, report):
+        assert page_shown["policy"] and "default-src 'none'" in page_shown["policy"], page_shown["policy"]
+
+
+@pytest.mark.sandbox
+def test_formgraders_view_of_a_hand_in_carrying_script_runs_none_of_it(browser, scripted_class, tmp_path):
+    """The submission as formgrader shows it to the instructor, in JupyterLab started on the graded course: none of
+    the hand-in's script runs, formgrader's own does (it fills in the scores)."""
+    course, _ = scripted_class
+    with jupyter_lab(course, tmp_path) as lab:
+        (submission,) = api(lab, "GET", "formgrader/api/submitted_notebooks/01_basics/01_basics")
+        page = browser.new_page(viewport=VIEWPORT, extra_http_headers={"Authorization": f"token {lab.token}"})
+        try:
+            shown = shown_by(page, f"{lab.url}/formgrader/submissions/{submission['id']}/", "scripted-formgrader",
+                             ready=f"() => Object.values(({SCORES_JS})()).every(value => value !== '')")
+            scores = page.evaluate(SCORES_JS)
+        finally:
+            page.close()
+    assert shown["ran"] is None and shown["title"] == "01_basics", f"formgrader's view ran {shown['ran']}"
+    assert not (missing := shows_the_lesson(shown)), f"formgrader's view does not show {missing}"
+    assert scores == {"ex1_mean_tests": "1", "ex1_mean_hidden": "2", "ex2_clip_tests": "0", "ex2_clip_hidden": "0"}
