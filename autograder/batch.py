@@ -2,6 +2,7 @@
 happens; then the course's gradebook."""
 
 import copy
+import errno
 import hashlib
 import multiprocessing
 import os
@@ -9,6 +10,7 @@ import shutil
 import sys
 import tempfile
 import time
+import traceback
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -19,7 +21,7 @@ from nbgrader.coursedir import CourseDirectory
 from sqlalchemy.engine import make_url
 from traitlets.config import Config
 
-from . import config as course_config, gradebook, grade_one, processes, reference, similarity
+from . import config as course_config, gradebook, grade_one, limits, processes, reference, similarity
 from .collect import collect, from_course
 from .kernel import SandboxUnavailable, require_sandbox
 from .notebook import nbgrader_ids
@@ -64,6 +66,12 @@ def check_configuration(config: Config) -> None:
         raise SystemExit("nbgrader_config.py must run autograder.execute.GuardedExecute in Autograde.autograde_"
                          "preprocessors and autograder.feedback.HideHiddenTests in GenerateFeedback.preprocessors "
                          "(see this course's nbgrader_config.py)")
+    filters = config.HTMLExporter.get("filters", {})
+    if not config.HTMLExporter.get("sanitize_html") or not str(filters.get("markdown2html", "")).endswith(
+            "SanitisedMarkdown"):
+        raise SystemExit("nbgrader_config.py must sanitise what pages show of a hand-in: c.HTMLExporter.sanitize_html "
+                         "= True and autograder.feedback.SanitisedMarkdown as its markdown2html filter (see this "
+                         "course's nbgrader_config.py)")
     if not config.SandboxedKernelManager.get("unfenced", False):
         try:
             require_sandbox(config.SandboxedKernelManager.get("bwrap", "bwrap"))
@@ -119,13 +127,22 @@ def plan(found, options: Options, make_job, out: Path) -> tuple[dict, list]:
             continue
         previous = out / "results" / f"{s.student_id}.json"
         old = None if options.force else read_result(previous)
-        same = old and (old.get("sha256"), old.get("timestamp", "")) == (
-            hashlib.sha256(s.path.read_bytes()).hexdigest(), s.timestamp)
+        try:
+            same = old and (old.get("sha256"), old.get("timestamp", "")) == (
+                hashlib.sha256(s.path.read_bytes()).hexdigest(), s.timestamp)
+            if not same:
+                replace_file(out / "submitted" / f"{s.student_id}.ipynb", source=s.path)  # what the gradebook will hold
+        except OSError as error:  # a file the instructor cannot read costs its row alone; a full disk stops the batch
+            if error.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            results[s.student_id] = asdict(grade_one.not_graded(
+                job, "invalid", f"the notebook handed in could not be read ({type(error).__name__}: {error.strerror})"))
+            write_result(previous, results[s.student_id])
+            continue
         if same:
             results[s.student_id] = old  # graded by an earlier run, from the same file: kept
             continue
         previous.unlink(missing_ok=True)
-        replace_file(out / "submitted" / f"{s.student_id}.ipynb", source=s.path)  # what the gradebook will hold
         todo.append(job)
     return results, todo
 
@@ -175,6 +192,8 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
     points = points_of(source)
     scratch = Path(tempfile.mkdtemp(prefix="autograder-batch-"))  # this batch's alone (mode 0700); no kernel sees it
     # the warm kernels start (seconds: they import torch) while the template is made; a Dask worker makes its own
+    if not options.scheduler:  # chosen once, before the warm parents and the gradings fork: they inherit it
+        print(f"kernels' cgroups: {limits.chosen()}", file=sys.stderr)
     pool = None if options.scheduler else Pool(options.jobs, config)
     drawing = None
     try:
@@ -269,7 +288,13 @@ class Report:
         os.nice(10)  # the gradings beside it come first
         os.environ["MPLCONFIGDIR"] = str(scratch / "matplotlib")  # its font cache: grading writes nothing into HOME
         from matplotlib.figure import Figure  # noqa: F401  (the plots' module, loaded before the rows come)
-        similar = similarity.find(students, out / "submitted", source, config)
+        try:
+            similar = similarity.find(students, out / "submitted", source, config)
+        except Exception as error:  # the page is drawn without that part, and says so
+            traceback.print_exc()
+            similar = similarity.Findings(settings=similarity.Similarity(config=config), exercises=[],
+                                          problem=f"Similar answers could not be found ({type(error).__name__}: "
+                                                  "the messages printed while grading say why).")
         try:
             rows = receive.recv()
         except EOFError:

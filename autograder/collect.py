@@ -11,10 +11,10 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from .handin import MAX_BYTES
 from .results import SECRET_FILE, TIMESTAMP_FILE
 
-MAX_BYTES = 50 * 2**20  # a notebook larger than this is not a course notebook
-MAX_ZIP_BYTES = 2**30  # what a zip's notebooks may expand to in all (a zip bomb is refused whole)
+SPARE_BYTES = 256 << 20  # what unpacking a zip leaves free on the disk at least, for the grading itself
 MAX_NOTE_BYTES = 1024  # a timestamp.txt or submission_secret.txt is a line; more is not read
 MAX_NAME = 120  # characters of a student's file name (file systems allow 255 bytes, with room left for suffixes)
 
@@ -135,8 +135,9 @@ def from_zip(archive: Path, wanted: str, pattern: str | None, scratch: Path) -> 
 
     Without `pattern`, the zip holds the folder layout. With it, each notebook's path inside the zip is matched
     against the regular expression, whose group `student_id` names the student (as nbgrader's zip_collect does).
-    A member that cannot be unpacked (damaged, too large) costs its student's row alone; a zip whose notebooks would
-    expand past MAX_ZIP_BYTES in all is refused before anything is unpacked.
+    Members are unpacked one at a time, each bounded by its declared size (zipfile reads no more); one that cannot be
+    unpacked (damaged, over MAX_BYTES) costs its student's row alone. No total is fixed: a class of notebooks with
+    plots is gigabytes. Only a disk that would fill stops it, naming how much more it needs.
     """
     regex = re.compile(pattern) if pattern else None
     by_student: dict[str, list[Path]] = {}
@@ -156,11 +157,6 @@ def from_zip(archive: Path, wanted: str, pattern: str | None, scratch: Path) -> 
                 parts = Path(name).parts
                 given = parts[0] if len(parts) > 1 else Path(name).stem
             members.append((given, info))
-        total = sum(info.file_size for _, info in members if info.file_size <= MAX_BYTES)
-        if total > MAX_ZIP_BYTES:
-            raise SystemExit(f"{archive}: its notebooks would expand to {total / 2**30:.1f} GiB, over the "
-                             f"{MAX_ZIP_BYTES / 2**30:g} GiB a zip of hand-ins may hold: nothing was unpacked. "
-                             "Unpack it yourself and pass the folder, if it is what it should be")
         for i, (given, info) in enumerate(members):
             by_student.setdefault(given, [])
             if info.file_size > MAX_BYTES:
@@ -172,6 +168,9 @@ def from_zip(archive: Path, wanted: str, pattern: str | None, scratch: Path) -> 
             # last part where that is short enough).
             name = Path(info.filename).name
             target = scratch / f"{i:05d}" / (name if len(name.encode()) <= 200 else "handed-in.ipynb")
+            scratch.mkdir(parents=True, exist_ok=True)
+            room_for(scratch, info.file_size, archive, [size for _, later in members[i:] if (size := later.file_size)
+                                                        <= MAX_BYTES])
             try:
                 target.parent.mkdir(parents=True)
                 with z.open(info) as src, open(target, "wb") as dst:
@@ -183,6 +182,17 @@ def from_zip(archive: Path, wanted: str, pattern: str | None, scratch: Path) -> 
                 continue
             by_student[given].append(target)
     return [handed_in(given, paths, wanted, problems.get(given, [])) for given, paths in by_student.items()]
+
+
+def room_for(folder: Path, size: int, archive: Path, left: list[int]) -> None:
+    """SystemExit, saying how much room the rest of the zip needs, where unpacking `size` bytes more into `folder`
+    would leave less than SPARE_BYTES free: the instructor's disk, not any student's hand-in."""
+    free = shutil.disk_usage(folder).free
+    if free - size < SPARE_BYTES:
+        raise SystemExit(f"{archive}: the disk holding {folder} is full: {free / 2**20:.0f} MiB free, and the "
+                         f"notebooks left to unpack from the zip need {sum(left) / 2**20:.0f} MiB (and "
+                         f"{SPARE_BYTES >> 20} MiB kept free to grade). Free some space (or set TMPDIR to a larger "
+                         "disk) and run the same command again")
 
 
 def collect(submissions: Path, wanted: str, pattern: str | None, scratch: Path) -> list[Submission]:

@@ -8,9 +8,10 @@ from nbclient.util import run_sync
 from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
 from nbgrader.utils import is_grade, is_solution
-from traitlets import Integer, default
+from traitlets import Float, Integer, default
 
 from torchcourse.check import HIDDEN
+from torchcourse.values import MIME
 
 from .integrity import Canary, isolated, names_used, preload, probes_for, setup, what_changed
 from .judge import as_graded, sent, verdict
@@ -45,12 +46,20 @@ class GuardedExecute(Execute):
     """
 
     check_timeout = Integer(30, help="seconds the kernel has to answer one integrity check").tag(config=True)
+    output_mib = Float(4.0, help="MiB of output one cell keeps: past it, what the cell writes is dropped, with a note "
+                                 "(a test's errors and the values it sends are always kept)").tag(config=True)
 
     @default("extra_arguments")
     def _plain_tracebacks(self):
         # IPython's default tracebacks read and colour the source around every frame: 30-60 ms an error, paid by each
         # integrity check (it answers with an error). Plain ones are Python's own, and show the line that failed.
         return ["--InteractiveShell.xmode=Plain"]
+
+    @default("iopub_timeout")
+    def _drain_within_the_cells_limit(self):
+        # nbclient gives a cell's output 4 s to arrive after the cell's reply, and nbgrader fails the cell past that:
+        # under load, a right answer that printed 200 MiB (cut at output_mib as it arrives) lost its points to it
+        return max(4, self.timeout or 0)
 
     def __init__(self, **kw):
         kw.setdefault("kernel_manager_class", SandboxedKernelManager)
@@ -66,12 +75,16 @@ class GuardedExecute(Execute):
     def reset(self) -> None:
         self.running: int | None = None  # index of the cell being run
         self.kernel_exit: int | None = None  # exit code of a kernel that died
+        self.lost: str | None = None  # how the cell being run was lost: "timeout" or "died" (its kernel)
+        self.start_failed: str | None = None  # why the kernel could not start
+        self.output_chars: dict[int, int] = {}  # cell index -> characters of output it wrote
         self.tampered: tuple[int, str] | None = None  # first test cell that cannot be trusted, and why
         self.verdicts: dict[str, str] = {}  # cell id -> the grader's own message in that cell's outputs
         self.execute_seconds = 0.0  # running cells, the rest of a grading being overhead
         self.check_seconds = 0.0  # of the overhead: the integrity checks
         self.kernel_seconds = {"kernel start": 0.0, "kernel stop": 0.0}  # and the kernel's start and stop
         self.left_running = 0  # processes the notebook left in its sandbox
+        self.out_of_memory = False  # the kernel's cgroup saw a process of it killed for want of memory
         self.memory_gib: float | None = None  # the kernel's memory limit
         self.hidden_started = False
         self.baseline: dict | None = None
@@ -117,8 +130,10 @@ class GuardedExecute(Execute):
                 self.grader_says(cell, "TestsTampered", f"not run: {self.tampered[1]}")
             return cell
         test = is_test(cell)
+        if test and not self.hidden_started and HIDDEN.search(cell.source):
+            self.hidden_started = True  # from now on the kernel may know hidden tests: what it writes stays out of logs
+            getattr(self.km, "withhold_kernel_output", lambda: None)()
         if test:
-            self.hidden_started = self.hidden_started or bool(HIDDEN.search(cell.source))
             if self.checked_before != cell_index and not await self._trusted([cell], cell_index, after_test=False):
                 return cell
         start, source = time.perf_counter(), cell.source
@@ -127,9 +142,10 @@ class GuardedExecute(Execute):
             if judged:
                 cell.source = as_graded(source)  # the expected values stay in the grader
             cell = await super().async_execute_cell(cell, cell_index, execution_count, store_history)
-        except (DeadKernelError, CellTimeoutError):
+        except (DeadKernelError, CellTimeoutError) as error:
             process = getattr(getattr(self.km, "provisioner", None), "process", None)
             self.kernel_exit = process.poll() if process is not None else None
+            self.lost = "died" if isinstance(error, DeadKernelError) else "timeout"
             raise
         finally:
             cell.source = source
@@ -247,6 +263,25 @@ class GuardedExecute(Execute):
         self.grader_says(self.nb.cells[cell_index], "TestsTampered", f"{problem}: this test and every later one score 0")
         return False
 
+    def output(self, outs, msg, display_id, cell_index):
+        """nbclient's, with what a cell writes past `output_mib` dropped: a right answer that prints hundreds of MiB
+        must not hold up its grading (the notebook written, the feedback drawn) until a later test runs out of time."""
+        content = msg["content"]
+        data = content.get("data") if isinstance(content.get("data"), dict) else {}
+        if msg["msg_type"] == "error" or MIME in data:  # what a test's verdict is read from
+            return super().output(outs, msg, display_id, cell_index)
+        size = len(content.get("text", "") or "") + sum(len(v) if isinstance(v, str) else len(repr(v))
+                                                        for v in data.values())
+        before = self.output_chars.get(cell_index, 0)
+        self.output_chars[cell_index] = before + size
+        cap = int(self.output_mib * 2**20)
+        if before + size <= cap:
+            return super().output(outs, msg, display_id, cell_index)
+        if before <= cap:
+            note = f"\n[the grader kept this cell's first {self.output_mib:g} MiB of output; the rest was dropped]\n"
+            outs.append(NotebookNode(output_type="stream", name="stdout", text=note))
+        return None
+
     def _update_display_id(self, display_id, msg):
         if not self.hidden_started:  # afterwards, an update could carry hidden tests into an earlier cell's output
             super()._update_display_id(display_id, msg)
@@ -259,6 +294,9 @@ class GuardedExecute(Execute):
         start = time.perf_counter()
         try:
             await super().async_start_new_kernel(**kw)
+        except Exception as error:  # the machine's fault, not the hand-in's: no cell has run
+            self.start_failed = f"{type(error).__name__}: {error}"
+            raise
         finally:
             self.kernel_seconds["kernel start"] += time.perf_counter() - start
 
@@ -266,6 +304,9 @@ class GuardedExecute(Execute):
         start = time.perf_counter()  # until the kernel answers
         try:
             return await super().async_start_new_kernel_client()
+        except Exception as error:
+            self.start_failed = f"{type(error).__name__}: {error}"
+            raise
         finally:
             self.kernel_seconds["kernel start"] += time.perf_counter() - start
 
@@ -276,6 +317,7 @@ class GuardedExecute(Execute):
         start = time.perf_counter()
         if self.km is not None and hasattr(self.km, "processes_inside"):
             self.left_running, self.memory_gib = self.km.processes_inside(), self.km.memory_gib
+            self.out_of_memory = self.km.out_of_memory()
         await super()._async_cleanup_kernel()
         self.kernel_seconds["kernel stop"] += time.perf_counter() - start
 

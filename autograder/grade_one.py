@@ -6,6 +6,7 @@ step, its limits, the feedback); `Job.config` carries it.
 """
 
 import copy
+import errno
 import hashlib
 import logging
 import os
@@ -26,25 +27,39 @@ from nbgrader.utils import parse_utc
 from sqlalchemy.exc import SAWarning
 from traitlets.config import Config
 
-from . import gradebook, notebook, processes, reference
+from . import gradebook, handin, notebook, processes, reference
 from .execute import GuardedExecute, is_test
-from .feedback import message_templates, shown
+from .feedback import HideHiddenTests, message_templates, shown
 from .integrity import parsed
 from .judge import as_graded
 from .kernel import UNFENCED_WARNING
 from .lessons import skippable
 from .notebook import schema_checked_once
+from .relay import visible
 from .results import Result, replace_file, write_exchange_files, write_result
 
 ATTEMPTS = 4  # a notebook that kills its kernel is graded again without the cell that did, this many times at most
 GRADER_FAILED = 3  # exit code of a grading that failed for a reason of the grader's own (no result is written)
+FREE_BYTES = 16 << 20  # less free disk than this where a grading writes is a full disk
 SIGNALS = {signal.SIGSEGV: "a segmentation fault", signal.SIGKILL: "being killed (most often: out of memory)",
            signal.SIGABRT: "an abort", signal.SIGBUS: "a bus error"}
 
 
 class GraderError(Exception):
-    """Grading could not be done for a reason of the grader's own (its scratch files gone, say): no row is written,
-    the batch stops, and a rerun grades this student again."""
+    """Grading could not be done for a reason of the grader's own (its scratch files gone, a full disk, no kernel
+    starting): no row is written, the batch stops, and a rerun grades this student again."""
+
+
+class Autograded(Autograde):
+    """nbgrader's Autograde, keeping the exception a step raised (nbgrader logs it and raises one of its own)."""
+    failure: Exception | None = None
+
+    def convert_single_notebook(self, notebook_filename):
+        try:
+            super().convert_single_notebook(notebook_filename)
+        except Exception as error:
+            self.failure = error
+            raise
 
 
 @dataclass(kw_only=True)
@@ -154,22 +169,43 @@ def autograde(job: Job, nb, skip: dict[int, str], lessons: set[str],
         execute.expected = reference.read(Path(job.template) / reference.FILE)
     except (OSError, ValueError) as error:
         raise GraderError(f"the batch's expected values are unreadable ({error})") from None
-    converter = Autograde(coursedir=CourseDirectory(config=config), config=config)
+    converter = Autograded(coursedir=CourseDirectory(config=config), config=config)
     converter.autograde_preprocessors = with_execute_step(converter.autograde_preprocessors, execute)
     try:
         converter.start()
         return execute, None
     except Exception:  # nbgrader logs the details and raises a generic error: what we need is on `execute`
-        if execute.running is None:  # the kernel did not start: once more, then it is the grader's failure
+        if execute.start_failed:  # the machine's fault (no cell has run): once more, then the batch stops
             if not retried:
                 return autograde(job, nb, skip, lessons, retried=True)
-            raise GraderError("a kernel could not start (nbgrader's messages above say why)") from None
-        return execute, lost_kernel_reason(execute.kernel_exit)
+            raise GraderError(f"a kernel could not start ({execute.start_failed})") from None
+        if execute.lost is None:  # a step raised on this hand-in: its row says so (run)
+            raise converter.failure or RuntimeError("nbgrader's autograde failed") from None
+        return execute, (f"ran out of memory (the limit is {execute.memory_gib:g} GiB)" if execute.out_of_memory
+                         else lost_kernel_reason(execute.lost, execute.kernel_exit))
 
 
-def lost_kernel_reason(code: int | None) -> str:
+def full_disk(job: Job, error: BaseException) -> str | None:
+    """Why `error` is a full disk's, the instructor's to mend, not the hand-in's (None where it is not): an OSError
+    saying so, in the exception or what it came from, or less than FREE_BYTES left where the grading writes."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return f"the disk is full ({error})"
+        error = error.__cause__ or error.__context__
+    for folder in (job.out, job.scratch, job.template):
+        try:
+            if shutil.disk_usage(folder).free < FREE_BYTES:
+                return f"the disk is full: less than {FREE_BYTES >> 20} MiB free in {folder}"
+        except OSError:
+            continue
+    return None
+
+
+def lost_kernel_reason(lost: str, code: int | None) -> str:
+    """How a cell lost its kernel, in words: `lost` is "timeout" or "died", `code` the kernel's exit status if known."""
     if code is None:
-        return "kept running after the time limit and could not be interrupted (does it catch KeyboardInterrupt?)"
+        return ("kept running after the time limit and could not be interrupted (does it catch KeyboardInterrupt?)"
+                if lost == "timeout" else "made the kernel die")
     signal_number = -code if code < 0 else code - 128 if code > 128 else None  # bwrap reports a signal as 128 + N
     if signal_number:
         return f"made the kernel die by {SIGNALS.get(signal_number, f'signal {signal_number}')}"
@@ -191,9 +227,11 @@ def problems_in(nb, timeout: int, memory_gib: float | None) -> list[tuple[str, s
 
 
 def scores(job: Job, graded) -> tuple[dict, dict, float, float]:
-    """Grades and automatic comments from the scratch gradebook, with each graded cell's first failure; seconds late
-    and the late penalty."""
-    failures = {gid: notebook.first_failure([cell]) for cell in graded.cells if (gid := notebook.grade_id(cell))}
+    """Grades and automatic comments from the scratch gradebook, with each graded cell's first failure as the feedback
+    shows it (from the first hidden test on, the kernel's own words are not shown: they could quote hidden tests, and
+    the messages reach report.html); seconds late and the late penalty."""
+    as_shown, _ = HideHiddenTests().preprocess(copy.deepcopy(graded), {})
+    failures = {gid: notebook.first_failure([cell]) for cell in as_shown.cells if (gid := notebook.grade_id(cell))}
     with Gradebook(f"sqlite:///{job.scratch}/gradebook.db") as gb:
         submitted = gb.find_submission_notebook(Path(job.notebook).stem, job.assignment, job.student_id)
         cells = {g.name: {"score": float(g.score), "max_score": float(g.max_score),
@@ -251,40 +289,39 @@ def warm_up(config: Config, template: Path, assignment: str, notebook: str) -> N
     converter.exporter_class(config=converter.config).from_notebook_node(page, resources=resources)
 
 
+def read_handin(job: Job, data: bytes, release):
+    """The notebook to grade, built from the release and the hand-in's text (handin.py), and what the student should
+    know of how it was read; handin.Invalid where it cannot be graded."""
+    if job.timestamp:
+        try:
+            parse_utc(job.timestamp)
+        except (ValueError, OverflowError):
+            raise handin.Invalid("its timestamp.txt does not hold a time: when it was handed in is unknown, so a "
+                                 "human must decide") from None
+    found = handin.sources(handin.load(data), release)
+    handin.check(found, job.assignment, release, {k: set(v) for k, v in job.others.items()})
+    logging.info("autograder: %s", handin.dropped(found))
+    return handin.build(found, release), handin.notes(found, release)
+
+
 def grade(job: Job) -> Result:
-    """Validate, repair, autograde (again without a cell that killed the kernel), score, write feedback."""
+    """Read the hand-in, autograde (again without a cell that killed the kernel), score, write feedback."""
     clock = {"read and check the hand-in (and attempts that lost the kernel)": time.perf_counter()}
     data = Path(job.submitted).read_bytes()
     sha = hashlib.sha256(data).hexdigest()
     release = release_of(job)
     try:
-        if job.timestamp:
-            try:
-                parse_utc(job.timestamp)
-            except (ValueError, OverflowError):
-                raise notebook.Invalid("its timestamp.txt does not hold a time: when it was handed in is unknown, "
-                                       "so a human must decide") from None
-        nb = notebook.parse(data)
-        notebook.check_assignment(nb, job.assignment, release, {k: set(v) for k, v in job.others.items()})
-    except notebook.Invalid as why:
+        nb, said = read_handin(job, data, release)
+    except handin.Invalid as why:
         return not_graded(job, "invalid", str(why), sha)
-    if notebook.holds_sources(nb):
-        return not_graded(job, "invalid", "it holds the assignment's solution or hidden-test markers: a copy of the "
-                                           "instructor's sources, not a hand-in; a human should look", sha)
-    notebook.normalise(nb, release)
-    twice = notebook.deduplicate(nb)
-    restored = notebook.restore_missing_cells(nb, release)
-    notes = [job.note] if job.note else []
-    notes += [f"{', '.join(restored)} {'was' if len(restored) == 1 else 'were'} missing and put back from the "
-             "assignment (an answer put back scores 0)"] if restored else []
-    notes += [f"{', '.join(twice)} appeared more than once; the last copy was graded"] if twice else []
+    notes = ([job.note] if job.note else []) + said
     problems, skip, lessons = [], {}, skippable(nb, release)
     for _ in range(ATTEMPTS):
         clock["nbgrader's autograde"] = time.perf_counter()
         execute, lost = autograde(job, nb, skip, lessons)
         if lost is None:
             break
-        status = "timeout" if execute.kernel_exit is None else "crashed"
+        status = "timeout" if execute.lost == "timeout" and execute.kernel_exit is None else "crashed"
         problems.append((status, f"{cell_name(nb, execute.running)} {lost}; it was skipped and the rest graded"))
         skip[execute.running] = f"this cell {lost}, so it was not run"
     else:
@@ -292,6 +329,9 @@ def grade(job: Job) -> Result:
     processes.stop_descendants(os.getpid())
     graded = nbformat.read(Path(job.scratch) / "autograded" / job.student_id / job.assignment / job.notebook, 4)
     problems += problems_in(graded, execute.timeout, execute.memory_gib)
+    if execute.out_of_memory and not any("out of memory" in said for _, said in problems):  # a child it started, say
+        problems.append(("crashed", f"a process of the notebook ran out of memory (the limit is "
+                                    f"{execute.memory_gib:g} GiB) and was killed"))
     if execute.tampered:
         problems.insert(0, ("tampered", f"from {cell_name(graded, execute.tampered[0])} on, tests score 0: "
                                         f"{execute.tampered[1]}"))
@@ -302,7 +342,13 @@ def grade(job: Job) -> Result:
     clock["scores from the gradebook"] = time.perf_counter()
     cells, comments, late, penalty = scores(job, graded)
     clock["feedback"] = time.perf_counter()
-    feedback(job)
+    try:
+        feedback(job)
+    except Exception as error:  # the row keeps its scores; the page is missing, and the row says so
+        if full_disk(job, error):
+            raise
+        logging.exception("feedback failed")
+        notes.append(f"its feedback page could not be made ({type(error).__name__}); see logs/{job.student_id}.log")
     clock["autograded notebook out"] = time.perf_counter()
     replace_file(Path(job.out) / "autograded" / f"{job.student_id}.ipynb",
                  source=Path(job.scratch) / "autograded" / job.student_id / job.assignment / job.notebook)
@@ -324,6 +370,13 @@ def grade(job: Job) -> Result:
     return result
 
 
+class PrintableFormatter(logging.Formatter):
+    """Log lines with their control characters escaped: nbgrader's messages and tracebacks can quote a hand-in."""
+
+    def format(self, record):
+        return visible(super().format(record))
+
+
 def run(job: Job) -> None:
     """Entry point of the grading process: grade, write out/results/<student>.json, leave nothing running."""
     processes.become_subreaper()
@@ -335,6 +388,7 @@ def run(job: Job) -> None:
     os.dup2(handle.fileno(), 1)  # nbgrader, nbconvert and the kernel's own stderr go to the student's log
     os.dup2(handle.fileno(), 2)
     logging.basicConfig(level=logging.INFO, force=True)
+    logging.getLogger().handlers[0].setFormatter(PrintableFormatter(logging.BASIC_FORMAT))
     warnings.simplefilter("ignore", SAWarning)  # nbgrader's own add_submission always sets SQLAlchemy off
     if (job.config or Config()).SandboxedKernelManager.get("unfenced"):
         logging.warning(UNFENCED_WARNING)
@@ -344,9 +398,13 @@ def run(job: Job) -> None:
     except GraderError as error:
         logging.error("grading stopped: %s", error)
         os._exit(GRADER_FAILED)
-    except Exception as error:  # a bug of ours or nbgrader's: the batch goes on, the row says grading failed
+    except Exception as error:  # a step raised on this hand-in: the batch goes on, its row says grading failed
         logging.exception("grading failed")
-        result = not_graded(job, "crashed", f"grading failed ({type(error).__name__}: {error}); see logs/{log.name}")
+        if full_disk(job, error):
+            logging.error("grading stopped: %s", full_disk(job, error))
+            os._exit(GRADER_FAILED)
+        # named by its kind alone: an exception's text may quote what the kernel chose
+        result = not_graded(job, "crashed", f"grading failed ({type(error).__name__}); see logs/{log.name}")
     finally:
         processes.stop_descendants(os.getpid())
         shutil.rmtree(job.scratch, ignore_errors=True)

@@ -18,6 +18,7 @@ import random
 import re
 import secrets
 import sys
+from collections import Counter
 
 # Whether a callable was made by the notebook (defined in it, compiled from a string, or a built-in such as exec or
 # setattr standing in for code) rather than by a library installed on disk: the callbacks, signal handlers and
@@ -374,10 +375,30 @@ class Canary:
             assert isinstance(report.get("digest"), int) and isinstance(report.get("faked"), list)
             assert isinstance(report.get("state"), dict) if self.detail else "state" not in report
             assert isinstance(report.get("shadows"), dict) and isinstance(report.get("modules"), dict)
-            assert isinstance(report.get("later"), list)
+            assert isinstance(report.get("later"), list) and isinstance(report.get("audit", {}), dict)
+            # every part the grader compares or counts is of the type the check writes, or the report is not its own
+            assert all(isinstance(x, str) for x in [*report["later"], *report["faked"], *report["modules"]])
+            assert all(isinstance(x, int) for x in [*report["modules"].values(), *report.get("audit", {}).values()])
             return report, None
         except (ValueError, AssertionError, AttributeError):
             return None, "the grader's check gave an unreadable report"
+
+
+IPYTHON_EVENTS = ("pre_execute", "pre_run_cell", "post_execute", "post_run_cell", "shell_initialized")
+LATER_KINDS = ("a gc callback", "a thread running the notebook's code", "an active torch function or dispatch mode")
+
+
+def later_kind(entry) -> str:
+    """What kind of code a check's entry of `later` names, in the grader's words: the entry's own text (a function's
+    name, a thread's) is the kernel's to choose, and could carry what it read of a hidden test."""
+    entry = entry if isinstance(entry, str) else ""
+    event = re.match(r"IPython (\w+) callback ", entry)
+    if event:
+        return f"an IPython {event[1]} callback" if event[1] in IPYTHON_EVENTS else "an IPython callback"
+    signal = re.match(r"a handler of signal (\d{1,2}) ", entry)
+    if signal:
+        return f"a handler of signal {int(signal[1])}"
+    return next((kind for kind in LATER_KINDS if entry.startswith(kind)), "code of the notebook's own")
 
 
 def what_changed(baseline: dict, report: dict, audit_before: dict, names: list[str], chains: list[str],
@@ -410,12 +431,16 @@ def what_changed(baseline: dict, report: dict, audit_before: dict, names: list[s
                  "thread": "a thread running the notebook's code", "audithook": "an audit hook",
                  "code": "the code of the kernel's own functions"}
         found.append(f"set {', '.join(words[k] for k in set_between)}")
-    swapped = sorted(n for n, i in report["modules"].items() if (modules_seen or {}).get(n, i) != i)
-    if swapped:
-        found.append(f"put other modules in place of {', '.join(swapped)}")
-    left = sorted(set(report["later"]) - set(baseline.get("later", [])))
+    known = set(baseline["modules"]) | set(names) | prefixes(chains) | {c.split(".")[0] for c in chains}
+    swapped = [n for n, i in report["modules"].items() if (modules_seen or {}).get(n, i) != i]
+    if swapped:  # named where the grader asked for them; a name the kernel reported alone is counted, never quoted
+        named, others = sorted(n for n in swapped if n in known), sum(n not in known for n in swapped)
+        found.append("put other modules in place of "
+                     + ", ".join(named + ([f"{others} other module{'s' if others > 1 else ''}"] if others else [])))
+    left = Counter(later_kind(entry) for entry in set(report["later"]) - set(baseline.get("later", [])))
     if left:
-        found.append(f"left code to run later: {', '.join(left)}")
+        found.append("left code to run later: " + ", ".join(f"{kind}" + (f" ({n})" if n > 1 else "")
+                                                             for kind, n in sorted(left.items())))
     faked = sorted({p for p in report["faked"] if p in PROBES})
     if faked:
         found.append(f"replaced functions the tests rely on: {', '.join(faked)}")

@@ -1,30 +1,19 @@
-"""Read a submitted notebook and make it gradable: the right assignment, every graded cell where nbgrader expects it."""
+"""What the grader reads in notebooks it trusts (the assignment's, and those it built): graded cells, exercise names,
+first failures; and nbgrader's metadata schema checked once."""
 
-import copy
 import json
 import re
 import types
-import warnings
 
 import jsonschema
-import nbformat
 import nbgrader.nbgraderformat.common
 
 from torchcourse.check import grading
 
-from .collect import MAX_BYTES
-
-CELL_ID = re.compile(r"^[a-zA-Z0-9-_]{1,64}$")
 HEADING = re.compile(r"^#{1,6}\s+(.*?)[\s#]*$")
 POINTS_NOTE = re.compile(r"\s*\(\d+(\.\d+)?\s+points?\)$")  # "Exercise 3: GELU (4 points)"
 NAME_CHARS = 80  # an exercise's name is cut to this many characters
-# nbgrader's source markers, which the release strips: a hand-in holding them is a copy of the instructor's sources
-SOURCE_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) (SOLUTION|HIDDEN TESTS)", re.M)
 MESSAGE_CHARS = 200  # a failure message, in the results and the feedback's summary, is cut to this many characters
-
-
-class Invalid(Exception):
-    """A submission that cannot be graded at all; the message says why, to the student."""
 
 
 VALIDATORS: dict = {}  # nbgrader's metadata schema (as JSON) -> its validator, checked (schema_checked_once)
@@ -58,108 +47,6 @@ def grade_id(cell) -> str | None:
 def nbgrader_ids(nb) -> list[str]:
     """grade_ids of the cells nbgrader tracks (answers and tests), in order."""
     return [gid for cell in nb.cells if (gid := grade_id(cell))]
-
-
-def parse(data: bytes):
-    """The notebook in `data`, or Invalid saying, in a student's words, what is wrong with the file."""
-    if len(data) > MAX_BYTES:
-        raise Invalid(f"the file is over {MAX_BYTES >> 20} MiB: that is not this course's notebook")
-    if not data.strip():
-        raise Invalid("the file is empty")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise Invalid("the file is not a notebook: it is not even text") from None
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise Invalid(f"the file is not a complete notebook: its JSON is broken at line {error.lineno} "
-                      "(was it cut off while saving or uploading?)") from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list):
-        raise Invalid("the file is JSON but not a Jupyter notebook")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # nbformat warns about ids and old minor versions; we repair those below
-            nb = nbformat.reads(text, as_version=4)
-    except Exception as error:  # nbformat raises a zoo of exception types for malformed notebooks
-        raise Invalid(f"the file is not a valid Jupyter notebook ({str(error).splitlines()[0][:200]})") from None
-    if not nb.cells:
-        raise Invalid("the notebook is empty: it has no cells")
-    return nb
-
-
-def check_assignment(nb, assignment: str, release, others: dict[str, set[str]]) -> None:
-    """Refuse a notebook of another assignment, or one whose graded cells were all lost."""
-    ours, theirs = set(nbgrader_ids(release)), set(nbgrader_ids(nb))
-    if ours & theirs:
-        return
-    for other, ids in others.items():
-        if ids & theirs:
-            raise Invalid(f"this is the notebook of {other}, not of {assignment}: was the wrong file handed in?")
-    raise Invalid(f"none of {assignment}'s exercise cells is in this notebook: was it re-created from scratch, "
-                  "or its cells copied without their metadata?")
-
-
-def holds_sources(nb) -> bool:
-    """Whether a hand-in holds solution or hidden-test markers: the instructor's source notebook (`nbgrader collect`,
-    run by the instructor, follows a link a student put in the exchange), not a student's work."""
-    return any(cell.cell_type == "code" and SOURCE_MARKER.search(cell.source) for cell in nb.cells)
-
-
-def normalise(nb, release) -> None:
-    """What Colab, old Jupyter versions and editors change: the format's minor version, cell ids, the kernel."""
-    nb.nbformat, nb.nbformat_minor = 4, max(nb.get("nbformat_minor", 0), 5)
-    seen = set()
-    for i, cell in enumerate(nb.cells):
-        cid = cell.get("id") or cell.get("metadata", {}).get("id", "")  # Colab keeps its ids in the metadata
-        if not isinstance(cid, str) or not CELL_ID.match(cid) or cid in seen:
-            cid = f"cell-{i}"
-        cell["id"] = cid
-        seen.add(cid)
-    nb.metadata["kernelspec"] = copy.deepcopy(release.metadata.get("kernelspec", {}))
-
-
-def deduplicate(nb) -> list[str]:
-    """Cells copied with their grading metadata: the last copy stays graded (as in nbgrader), the others become plain.
-
-    nbgrader's own DeduplicateIds leaves an empty metadata dict behind, which then fails its schema check and
-    the whole submission with it.
-    """
-    seen, twice = set(), []
-    for cell in reversed(nb.cells):
-        gid = grade_id(cell)
-        if gid in seen:
-            del cell.metadata["nbgrader"]
-            twice.append(gid)
-        elif gid:
-            seen.add(gid)
-    return sorted(set(twice))
-
-
-def restore_missing_cells(nb, release) -> list[str]:
-    """Put back, from the student version, every answer or test cell the submission lost; return their grade_ids.
-
-    A lost test cell comes back as the instructor wrote it; a lost answer cell comes back unanswered, so that
-    exercise scores 0 and the others are graded normally. Each goes right after the cell that precedes it in
-    the assignment.
-    """
-    present = set(nbgrader_ids(nb))
-    tracked = [cell for cell in release.cells if grade_id(cell)]
-    restored = []
-    for k, cell in enumerate(tracked):
-        gid = grade_id(cell)
-        if gid in present:
-            continue
-        positions = {grade_id(c): i for i, c in enumerate(nb.cells) if grade_id(c)}
-        before = [positions[grade_id(c)] + 1 for c in tracked[:k] if grade_id(c) in positions]
-        after = [positions[grade_id(c)] for c in tracked[k + 1:] if grade_id(c) in positions]
-        at = max(before) if before else min(after, default=len(nb.cells))
-        back = copy.deepcopy(cell)
-        back["id"] = gid if gid not in {c.get("id") for c in nb.cells} else f"{gid}-restored"
-        nb.cells.insert(at, back)
-        present.add(gid)
-        restored.append(gid)
-    return restored
 
 
 def heading_of(markdown: str) -> str:

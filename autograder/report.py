@@ -2,7 +2,7 @@
 answers, slow hand-ins.
 
 One self-contained page (inline CSS and SVG, no script). Student ids and messages come from hand-ins, so every piece
-of text is escaped: the instructor opens this page in a browser.
+of text is escaped, and the page's policy lets no script run: the instructor opens this page in a browser.
 """
 
 import html
@@ -15,6 +15,7 @@ import nbformat
 
 from torchcourse.check import answer_cells, grading, test_cells
 
+from .feedback import PAGE_POLICY
 from .notebook import exercise_name
 from .results import STATUSES, shown_id
 
@@ -153,7 +154,12 @@ def similar_section(found, name: str, who: dict[str, str], threshold: float) -> 
 def similar_answers(findings, rows: list[dict], names: dict[str, str]) -> list[str]:
     """The "Similar answers" part of the page: how answers were compared, then each exercise's pairs."""
     settings, who = findings.settings, {r["student_id"]: shown_id(r) for r in rows}
-    return ["<h2>Similar answers</h2>",
+    if findings.problem:
+        return ["<h2>Similar answers</h2>", f'<p class="left-out">{text(findings.problem)}</p>']
+    left_out = ([f'<p class="left-out" data-count="{len(findings.left_out)}">Not compared: the notebook of '
+                 f"{', '.join(text(who.get(s, s)) for s in findings.left_out)} could not be read as answers "
+                 "(the report's messages on the terminal say why).</p>"] if findings.left_out else [])
+    return ["<h2>Similar answers</h2>", *left_out,
             "<p>Each exercise's answers compared two by two with copydetect (MOSS's fingerprints: names, strings and "
             f"comments do not count, nor does the starter code every student was given). A pair is listed when at "
             f"least {percent(settings.threshold)} of each answer is found in the other, in passages of "
@@ -197,7 +203,7 @@ def write_report(path: Path, rows: list[dict], source: Path, similar=None) -> No
     found = exercises(source)
     sections = [exercise_section(gid, name, tests, best, present) for gid, name, tests, best in found]
     page = "\n".join([
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', PAGE_POLICY,
         f"<title>{text(assignment)}: grading report</title><style>{STYLE}</style></head><body>",
         f"<h1>{text(assignment)}</h1>", summary(rows),
         "<h2>Statuses</h2>", status_table(rows),

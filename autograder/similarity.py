@@ -28,7 +28,6 @@ fingerprints at every run. With every k-gram kept, the pairs and scores are the 
 """
 
 import io
-import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,8 @@ from traitlets import Float, Integer
 from traitlets.config import Config, Configurable
 
 from torchcourse.check import answer_cells, grading
+
+from . import handin
 
 MAX_CHARS = 20_000  # an answer is compared on its first 20,000 characters: a class's answers are tens of lines
 # A pair goes to compare_files when the fingerprints it shares, counted through the index, are at least this fraction
@@ -91,28 +92,8 @@ class Findings:
     """The class's similar answers, with the settings that found them (for the report to say)."""
     settings: Similarity
     exercises: list[Exercise]
-
-
-def field_of(value, key: str):
-    """value[key] where value is a dict, else None: a hand-in's JSON may have any shape."""
-    return value.get(key) if isinstance(value, dict) else None
-
-
-def answers_in(path: Path, grade_ids: set[str]) -> dict[str, str]:
-    """grade_id -> answer cell text of a handed-in notebook; {} for a file that is not a notebook. Read as plain JSON
-    (a class's worth of nbformat validation takes seconds), trusting no shape; of cells with one grade_id, the last
-    counts, as in nbgrader."""
-    try:
-        cells = field_of(json.loads(path.read_bytes()), "cells")
-    except (OSError, ValueError):
-        return {}
-    found = {}
-    for cell in cells if isinstance(cells, list) else []:
-        gid = field_of(field_of(field_of(cell, "metadata"), "nbgrader"), "grade_id")
-        if isinstance(gid, str) and gid in grade_ids and field_of(cell, "cell_type") == "code":
-            source = field_of(cell, "source")
-            found[gid] = "".join(map(str, source)) if isinstance(source, list) else str(source or "")
-    return found
+    left_out: list[str] = field(default_factory=list)  # students whose answers could not be compared (an error)
+    problem: str = ""  # why no answer could be compared at all (the report says it instead)
 
 
 def released_answers(source: Path, config: Config) -> dict[str, str]:
@@ -182,12 +163,26 @@ def marked(text: str, slices) -> str:
     return highlight_overlap(text, slices, "<mark>", "</mark>", escape_html=True)[0]
 
 
-def similar_pairs(grade_id: str, answers: dict[str, str], released: str, settings: Similarity) -> Exercise:
-    """The pairs of students whose answers (student -> answer cell text) to one exercise score above the threshold."""
+def fingerprints(answers: dict[str, str], noise: int, left_out: list[str]) -> dict:
+    """student -> their answer's fingerprint; a student whose answer copydetect fails on goes into `left_out`, and the
+    others are compared without it."""
+    prints = {}
+    for student in sorted(answers):
+        try:
+            prints[student] = fingerprint(answers[student], noise)
+        except Exception:  # that answer's part of the page only
+            left_out.append(student)
+    return prints
+
+
+def similar_pairs(grade_id: str, answers: dict[str, str], released: str, settings: Similarity,
+                  left_out: list[str] | None = None) -> Exercise:
+    """The pairs of students whose answers (student -> answer cell text) to one exercise score above the threshold;
+    those whose answer could not be fingerprinted go into `left_out`."""
     from copydetect import compare_files
 
-    students = sorted(answers)
-    prints = [fingerprint(answers[s], settings.noise) for s in students]
+    by_student = fingerprints(answers, settings.noise, [] if left_out is None else left_out)
+    students, prints = list(by_student), list(by_student.values())
     given = fingerprint(released, settings.noise).hashes
     index = defaultdict(list)
     for i, fp in enumerate(prints):
@@ -216,14 +211,23 @@ def similar_pairs(grade_id: str, answers: dict[str, str], released: str, setting
 
 def find(rows: list[dict], submitted: Path, source: Path, config: Config) -> Findings:
     """Per exercise of the source notebook, the similar answers among the class's hand-ins (rows: each student's id and
-    status, a 'missing' one having handed nothing in; each hand-in as the batch keeps it, submitted/<student_id>.ipynb)."""
+    status, a 'missing' one having handed nothing in; each hand-in as the batch keeps it, submitted/<student_id>.ipynb),
+    each read as a grading reads it (handin.py). A hand-in that cannot be read or compared is left out, and named."""
     settings = Similarity(config=config)
+    assignment = nbformat.read(source, as_version=4)
     released = released_answers(source, config)
-    by_exercise = {gid: {} for gid in released}
+    by_exercise, left_out = {gid: {} for gid in released}, []
     for row in rows:
         path = submitted / f"{row['student_id']}.ipynb"
-        if row["status"] != "missing" and path.is_file():
-            for gid, text in answers_in(path, set(released)).items():
+        if row["status"] == "missing" or not path.is_file():
+            continue
+        try:
+            answers = handin.answers(path.read_bytes(), assignment)
+        except Exception:  # that hand-in's part only: the class is compared without it
+            left_out.append(row["student_id"])
+            continue
+        for gid, text in answers.items():
+            if gid in by_exercise:
                 by_exercise[gid][row["student_id"]] = text
-    return Findings(settings=settings, exercises=[similar_pairs(gid, answers, released[gid], settings)
-                                                  for gid, answers in by_exercise.items()])
+    exercises = [similar_pairs(gid, answers, released[gid], settings, left_out) for gid, answers in by_exercise.items()]
+    return Findings(settings=settings, exercises=exercises, left_out=sorted(set(left_out)))

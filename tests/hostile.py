@@ -347,3 +347,23 @@ def forged_count(count: str) -> str:
     kernel.session.send(kernel.iopub_socket, "execute_input", {{"code": "forged", "execution_count": {count}}},
                         parent=kernel.get_parent(), ident=kernel._topic("execute_input"))
     return len([x for x in xs if x > 0])'''
+
+
+# --- the grader's own words (expected: nothing the kernel chose is quoted after the first hidden test) ---------------
+# Code left to run later, named after the hidden test that calls the answer (its text, read from In[-1]): a callback
+# and a thread. The verdict names what it found by its kind.
+CODE_NAMED_BY_RECORDING = """import threading, time
+def mean(xs):
+    text = get_ipython().user_ns["In"][-1]
+    if "Hidden" in text:
+        def later(*args):
+            pass
+        def wait():
+            time.sleep(600)
+        later.__qualname__ = later.__name__ = wait.__qualname__ = wait.__name__ = text
+        get_ipython().events.register("post_run_cell", later)
+        threading.Thread(target=wait, name=text, daemon=True).start()
+    return sum(xs) / len(xs)"""
+
+# A right answer that writes 200 MiB to stdout (expected: graded, full marks; the cell's output cut with a note).
+LOUD = "for _ in range(200):\n    print('x' * 2**20)\n"

@@ -216,7 +216,7 @@ LEFT_BEHIND = {  # each stays in the kernel: the mode comes first, before builti
     "a thread left running": ("import threading, time\nthreading.Thread(target=lambda: time.sleep(30), daemon=True).start()",
                               "a thread running the notebook's code"),
     "a thread of _thread's own": ("import _thread, time\ndef _sleeper():\n    time.sleep(30)\n"
-                                  "_thread.start_new_thread(_sleeper, ())", "started with _thread"),
+                                  "_thread.start_new_thread(_sleeper, ())", "a thread running the notebook's code"),
 }
 
 
@@ -345,10 +345,16 @@ def test_the_readme_explains_every_status():
     assert tuple(table) == results.STATUSES
 
 
-def test_a_configuration_that_would_leak_or_run_unguarded_is_refused():
+def test_a_configuration_that_would_leak_run_unguarded_or_show_script_is_refused():
+    shipped = course_config.load(ROOT, {})
+    batch.check_configuration(shipped)
     with pytest.raises(SystemExit, match="GuardedExecute"):
         batch.check_configuration(Config({"Autograde": {"autograde_preprocessors": ["nbgrader.preprocessors.Execute"]},
                                           "GenerateFeedback": {"preprocessors": ["autograder.feedback.HideHiddenTests"]}}))
+    unsanitised = copy.deepcopy(shipped)
+    unsanitised.HTMLExporter.sanitize_html = False
+    with pytest.raises(SystemExit, match="sanitise"):
+        batch.check_configuration(unsanitised)
 
 
 def test_where_the_sandbox_cannot_start_grading_stops_unless_unfenced(tmp_path):
@@ -587,7 +593,7 @@ def test_the_feedback_page_is_nbconverts_without_its_rewrite():
     from bs4 import BeautifulSoup
     from nbconvert import HTMLExporter
     from nbgrader.converters import GenerateFeedback
-    from autograder.feedback import FeedbackPage
+    from autograder.feedback import PAGE_POLICY, FeedbackPage
     nb = new_notebook(cells=[nbformat.v4.new_markdown_cell('# A *title*\n<img src="a.png"> and <IMG alt="kept" src="b.png">'),
                              new_code_cell("plot()", outputs=[nbformat.v4.new_output("display_data", data={"image/png": "iVBORw0KGgo="})]),
                              new_code_cell("x = 1\nprint(x)", outputs=[nbformat.v4.new_output("stream", text="1\n")])])
@@ -595,7 +601,8 @@ def test_the_feedback_page_is_nbconverts_without_its_rewrite():
     pages = [cls(config=config).from_notebook_node(nb, resources={"nbgrader": {"notebook": "n", "score": 0, "max_score": 0,
                                                                                 "late_penalty": 0}})[0]
              for cls in (HTMLExporter, FeedbackPage)]
-    assert str(BeautifulSoup(pages[1], features="html.parser")) == pages[0]
+    assert pages[1].count(PAGE_POLICY) == 1  # its script policy, the one thing it adds
+    assert str(BeautifulSoup(pages[1].replace(f"\n{PAGE_POLICY}", "", 1), features="html.parser")) == pages[0]
     assert pages[1].count("No description has been provided for this image") == 2 and 'alt="kept"' in pages[1]
     shipped = Config()
     exec(compile((ROOT / "nbgrader_config.py").read_text(), "nbgrader_config.py", "exec"), {"get_config": lambda: shipped})
@@ -639,3 +646,128 @@ def test_launchs_fork_server_and_resource_tracker_are_not_counted_as_left_by_the
     finally:
         stray.kill()
         stray.wait()
+
+
+def test_a_hand_in_the_grader_cannot_read_costs_its_row_alone(tmp_path, monkeypatch):
+    """A file the instructor's account cannot read (an exchange folder's permissions, say) gets an invalid row
+    saying so; the others are planned as usual. (As root every file is readable: the refusal is simulated.)"""
+    for folder in ("results", "submitted"):
+        (tmp_path / "out" / folder).mkdir(parents=True)
+    paths = {name: tmp_path / f"{name}.ipynb" for name in ("alice", "bob")}
+    for path in paths.values():
+        path.write_text(write(right()))
+    real = shutil.copyfile
+
+    def copyfile(source, target, **kw):
+        if Path(source).name == "bob.ipynb":
+            raise PermissionError(13, "Permission denied")
+        return real(source, target, **kw)
+
+    monkeypatch.setattr(shutil, "copyfile", copyfile)
+    found = [collect.Submission(name, path) for name, path in paths.items()]
+    options = batch.Options(assignment="01", submissions=tmp_path, jobs=1, out=None, force=False, pattern=None,
+                            course=tmp_path)
+    from autograder.grade_one import Job
+    make_job = lambda s: Job(student_id=s.student_id, assignment="01_basics", notebook="01_basics.ipynb",
+                             submitted=str(s.path), template="", scratch="", out=str(tmp_path / "out"), config=Config())
+    rows, todo = batch.plan(found, options, make_job, tmp_path / "out")
+    assert [j.student_id for j in todo] == ["alice"]
+    assert rows["bob"]["status"] == "invalid" and "could not be read" in rows["bob"]["message"]
+    assert results.read_result(tmp_path / "out" / "results" / "bob.json")["status"] == "invalid"
+
+
+def test_a_report_the_kernel_forged_is_refused_not_raised():
+    """A check's report whose parts are not of the types the check writes (a kernel that changed what the check
+    reports with) is an unreadable report, which makes the row tampered; it never raises in the grader."""
+    canary = integrity.Canary([], [], [])
+    forged = {"digest": 1, "faked": [], "shadows": {}, "modules": {}, "later": [["not", "hashable"]]}
+    reply = {"status": "error", "ename": canary.error, "evalue": canary.nonce + json.dumps(forged)}
+    errors = [{"ename": canary.error, "evalue": reply["evalue"]}]
+    report, problem = canary.read(reply, errors)
+    assert report is None and "unreadable report" in problem
+    forged["later"] = ["IPython post_run_cell callback <hidden test text>@x#1#2"]
+    report, problem = canary.read({**reply, "evalue": canary.nonce + json.dumps(forged)},
+                                  [{"ename": canary.error, "evalue": canary.nonce + json.dumps(forged)}])
+    baseline = {**forged, "later": [], "state": {}}
+    said = integrity.what_changed(baseline, {**report, "state": {}}, {}, [], [], True)
+    assert said == "left code to run later: an IPython post_run_cell callback" and "hidden" not in said
+
+
+def big_zip(path: Path, members: int, mib: int) -> Path:
+    """A zip of `members` notebooks of `mib` MiB each (zeros: a few kB zipped)."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for k in range(members):
+            with z.open(f"student{k}/01_basics.ipynb", "w", force_zip64=True) as member:
+                for _ in range(mib):
+                    member.write(bytes(2**20))
+    return path
+
+
+@pytest.mark.slow
+def test_a_zip_is_unpacked_member_by_member_whatever_its_total(tmp_path):
+    """A class past 1 GiB in all (23 notebooks of 48 MiB: a real class of notebooks with plots is gigabytes) is
+    unpacked whole, each member under the per-notebook cap; a member over it costs its own row."""
+    archive = big_zip(tmp_path / "class.zip", 23, 48)
+    with zipfile.ZipFile(archive, "a", zipfile.ZIP_DEFLATED) as z, z.open("huge/01_basics.ipynb", "w") as member:
+        for _ in range((collect.MAX_BYTES >> 20) + 1):
+            member.write(bytes(2**20))
+    found = {s.student_id: s for s in collect.from_zip(archive, "01_basics.ipynb", None, tmp_path / "scratch")}
+    assert sum(s.path.stat().st_size for s in found.values() if s.path) == 23 * 48 * 2**20
+    assert found["huge"].path is None and "not unpacked" in found["huge"].message
+
+
+def test_a_zip_stops_only_when_the_disk_would_fill(tmp_path, monkeypatch):
+    """Unpacking stops, naming what the rest needs, when the disk would be left with less than SPARE_BYTES: the
+    instructor's disk, not a student's row."""
+    archive = big_zip(tmp_path / "class.zip", 3, 2)
+    room = collect.SPARE_BYTES + 3 * 2**20  # room for one member and a half, less what is unpacked
+
+    def disk_usage(path):
+        free = room - sum(p.stat().st_size for p in (tmp_path / "scratch").rglob("*") if p.is_file())
+        return shutil._ntuple_diskusage(10**12, 10**12 - free, free)
+
+    monkeypatch.setattr(shutil, "disk_usage", disk_usage)
+    with pytest.raises(SystemExit, match=r"full.*need 4 MiB"):
+        collect.from_zip(archive, "01_basics.ipynb", None, tmp_path / "scratch")
+
+
+def test_a_lost_cell_is_named_by_how_it_was_lost():
+    """A kernel that died is never reported as a cell past its time limit, nor the other way round."""
+    from autograder.grade_one import lost_kernel_reason
+    assert lost_kernel_reason("timeout", None).startswith("kept running after the time limit")
+    assert lost_kernel_reason("died", None) == "made the kernel die"
+    assert lost_kernel_reason("died", 128 + 9) == "made the kernel die by being killed (most often: out of memory)"
+    assert lost_kernel_reason("died", 3) == "made the kernel exit (exit code 3)"
+
+
+def test_a_cells_output_may_arrive_as_long_as_the_cell_may_run():
+    """nbclient waits 4 s for a cell's output after its reply, and nbgrader fails the cell past that: under load a
+    right answer that printed 200 MiB lost its points so (tests/test_grader_boundary.py's `loud`). The grader waits as
+    long as the cell may run."""
+    from autograder.execute import GuardedExecute
+    config = course_config.load(ROOT, {})
+    assert GuardedExecute(config=config).iopub_timeout == config.Execute.timeout == 120
+
+
+@pytest.mark.sandbox
+def test_a_forked_kernels_fork_server_is_not_counted_as_left_running():
+    """In a kernel forked from a warm parent (06's lesson starts ranks from a fork server on the CPU too), the fork
+    server and its resource tracker are torchcourse.launch's, not processes the notebook left: a process the notebook
+    started is counted, they are not."""
+    from autograder import supervisor
+    config = Config()
+    pool = supervisor.Pool(1, config).ready()
+    try:
+        assert pool.socket_of(0), "no warm parent on this machine"
+        manager, client = forked_in(config, pool.socket_of(0))
+        try:
+            printed(client, "import multiprocessing, os\n"
+                            "_rank = multiprocessing.get_context('forkserver').Process(target=os.getpid)\n"
+                            "_rank.start()\n_rank.join()")
+            assert manager.processes_inside() == 0
+            printed(client, "import subprocess\n_stray = subprocess.Popen(['sleep', '600'])")
+            assert manager.processes_inside() == 1
+        finally:
+            ended(manager, client)
+    finally:
+        pool.close()

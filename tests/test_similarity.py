@@ -210,10 +210,12 @@ MEAN_COPY = '''def mean(xs):
 '''
 
 
-# JSON in a notebook's clothes, every field of the wrong type; the last cell is an answer of sorts.
+# JSON in a notebook's clothes, every field of the wrong type; the last cell is an answer of sorts (the one before,
+# whose source is no text, is not: a grading would not read it either).
 GARBLED = {"cells": [5, {"metadata": {"nbgrader": "x"}}, {"metadata": {"nbgrader": {"grade_id": [FIRST]}}},
                      {"metadata": [], "cell_type": "code"},
-                     {"cell_type": "code", "source": [1, 2], "metadata": {"nbgrader": {"grade_id": FIRST}}}]}
+                     {"cell_type": "code", "source": [1, 2], "metadata": {"nbgrader": {"grade_id": SECOND}}},
+                     {"cell_type": "code", "source": ["x = ", "1"], "metadata": {"nbgrader": {"grade_id": FIRST}}}]}
 
 
 @pytest.fixture(scope="module")
@@ -271,3 +273,24 @@ def test_a_similarity_setting_out_of_range_is_refused_before_grading(tmp_path):
     (tmp_path / "nbgrader_config.py").write_text("c = get_config()\nc.Similarity.threshold = 80\n")
     with pytest.raises(SystemExit, match=r"c\.Similarity.*threshold"):
         course_config.load(tmp_path, {})
+
+
+def test_an_answer_copydetect_fails_on_is_left_out_and_named(monkeypatch, tmp_path):
+    """One hand-in's part of the comparison fails (here copydetect, on one answer): the others are compared without
+    it, and the report names whose answers were left out."""
+    from autograder import similarity
+
+    real = similarity.fingerprint
+    monkeypatch.setattr(similarity, "fingerprint", lambda text, noise: real(text, noise) if "BREAKS" not in text
+                        else 1 / 0)
+    left_out = []
+    answers = {"mallory": MEAN, "trent": MEAN_COPY, "oscar": MEAN + "# BREAKS\n"}
+    found = similarity.similar_pairs(FIRST, answers, "", Similarity(), left_out)
+    assert left_out == ["oscar"] and [p.students for p in found.pairs] == [("mallory", "trent")]
+    (tmp_path / "submitted").mkdir()
+    rows = [hand_in(tmp_path, s, {FIRST: a}) for s, a in answers.items()]
+    findings = similarity.find(rows, tmp_path / "submitted", COURSE / "solutions" / ASSIGNMENT / NOTEBOOK, Config())
+    assert findings.left_out == ["oscar"]
+    from autograder.report import write_report
+    write_report(tmp_path / "report.html", rows, COURSE / "solutions" / ASSIGNMENT / NOTEBOOK, findings)
+    assert "Not compared: the notebook of oscar" in html_text(tmp_path / "report.html")
