@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # nbgrader runs `alembic` as a subprocess when it makes a gradebook: the venv must be on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help setup lab check test release grade bench bench-grade bench-similarity gpu-check clean
+.PHONY: help setup lab check test release grade bench bench-grade bench-similarity bench-launch gpu-check clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -50,6 +50,9 @@ bench-grade: setup ## plain sequential nbgrader against make grade on one class 
 
 bench-similarity: setup ## time report.html's similar answers on 1,000 synthetic hand-ins x 4 exercises, print what it flagged
 	$(BIN)/python tests/benchmark_similarity.py
+
+bench-launch: setup ## repeat 06's and 07's distributed cells in one kernel, print failures and times (ARGS=--rounds N)
+	$(BIN)/python tests/benchmark_launch.py $(ARGS)
 
 gpu-check: setup ## on a CUDA machine: run every solution notebook and the tests' CUDA branches, write a report (OUT=file.md)
 	$(BIN)/python tests/gpu_check.py $(if $(OUT),--out $(OUT))

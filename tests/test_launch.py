@@ -1,6 +1,7 @@
 """The launcher notebook 06 uses: results, errors, timeouts and interrupts, with no process left behind."""
 
 import os
+import re
 import signal
 import threading
 import time
@@ -79,24 +80,29 @@ def test_results_come_back_in_rank_order(no_children_left):
     assert "MASTER_PORT" not in os.environ or os.environ["MASTER_PORT"] != results[0]["port"]
 
 
-def test_a_process_group_that_fails_to_form_is_formed_again_on_a_fresh_port(monkeypatch, tmp_path, no_children_left):
-    """Gloo's connections between ranks on one machine now and then fail under load (pytorch/pytorch#53270): the
-    ranks are started again on a fresh port, and the worker runs once; a group that never forms is reported, with
-    the rank's traceback, after FORMING_TRIES tries."""
+def test_the_worker_runs_once_per_rank_when_a_rank_fails_to_join_after_the_others_formed_the_group(
+        monkeypatch, tmp_path, no_children_left):
+    """Gloo on one machine under load: a rank may fail to join ("Connection closed by peer", pytorch/pytorch#53270)
+    after the others formed the group. The worker starts only once every rank has joined, so starting the ranks again
+    runs it once per rank; a group that never forms is reported, with the rank's traceback, after FORMING_TRIES."""
     from torchcourse import launch as launcher
     real = dist.init_process_group
 
-    def flaky(*args, **kwargs):  # rank 1's first try fails, as gloo's did
+    def flaky(*args, **kwargs):  # rank 1's first try joins, then fails, as gloo's did
+        real(*args, **kwargs)
         if os.environ["RANK"] == "1" and not (tmp_path / "failed").exists():
             (tmp_path / "failed").write_text(os.environ["MASTER_PORT"])
+            waited = time.monotonic() + 1.0  # long enough for the others to run the worker, were they not held back
+            while time.monotonic() < waited and len((tmp_path / "ran").read_text().split()) < 2:
+                time.sleep(0.01)
             raise RuntimeError("Gloo connectFullMesh failed with [...] Connection closed by peer (simulated)")
-        return real(*args, **kwargs)
 
     def counted(rank, world_size, value):
         with open(tmp_path / "ran", "a") as f:
             f.write(f"{rank}\n")
         return describe(rank, world_size, value)
 
+    (tmp_path / "ran").touch()
     monkeypatch.setattr(dist, "init_process_group", flaky)
     results = launch(counted, 3, "x", start_method="fork")
     assert [r["rank"] for r in results] == [0, 1, 2] and results[0]["port"] != (tmp_path / "failed").read_text()
@@ -111,6 +117,74 @@ def test_a_process_group_that_fails_to_form_is_formed_again_on_a_fresh_port(monk
     with pytest.raises(RuntimeError, match=r"(?s)could not join the process group \(3 tries\).*never forms"):
         launch(describe, 1, "x", start_method="fork")
     assert (tmp_path / "tries").read_text().split() == ["0"] * launcher.FORMING_TRIES
+
+
+def test_a_rank_stuck_joining_the_group_has_every_rank_started_again_after_the_formation_deadline(
+        monkeypatch, tmp_path, no_children_left):
+    """A rank that never finishes joining (a lost connection) holds no one for longer than formation_timeout: the
+    ranks start again, and the worker runs once per rank; a group that never forms says which rank was where."""
+    real = dist.init_process_group
+
+    def stuck_once(*args, **kwargs):
+        if os.environ["RANK"] == "1" and not (tmp_path / "stuck").exists():
+            (tmp_path / "stuck").touch()
+            time.sleep(60)
+        return real(*args, **kwargs)
+
+    def counted(rank, world_size):
+        with open(tmp_path / "ran", "a") as f:
+            f.write(f"{rank}\n")
+        return rank
+
+    monkeypatch.setattr(dist, "init_process_group", stuck_once)
+    start = time.monotonic()
+    assert launch(counted, 2, formation_timeout=2.0) == [0, 1]  # 0.1-0.3 s to form here, a second under heavy load
+    assert sorted((tmp_path / "ran").read_text().split()) == ["0", "1"]
+    assert time.monotonic() - start < 30, "held back by the stuck rank for 2 s, not launch's 2 minutes"
+
+    def stuck(*args, **kwargs):
+        if os.environ["RANK"] == "1":
+            time.sleep(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dist, "init_process_group", stuck)
+    with pytest.raises(TimeoutError, match=r"ranks \[0, 1\] of 2 had not joined the process group after 2 s "
+                                           r"\(3 tries\); rank 0 was .*; "  # in init_process_group, waiting for rank 1
+                                           r"rank 1 was at `time.sleep\(60\)` \(line \d+ of stuck\)"):
+        launch(counted, 2, formation_timeout=2.0)
+
+
+def one_rank_never_calls_all_reduce(rank, world_size):
+    if rank == 1:
+        time.sleep(60)
+    dist.all_reduce(torch.ones(2))
+
+
+def test_a_rank_left_waiting_in_a_collective_raises_within_the_deadline_naming_the_rank_and_the_operation(
+        no_children_left):
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"rank 0 of 2 waited 1 s in all_reduce, at "
+                                           r"`dist.all_reduce\(torch.ones\(2\)\)` \(line \d+ of "
+                                           r"one_rank_never_calls_all_reduce\) for ranks that never joined it; "
+                                           r"rank 1 was at `time.sleep\(60\)`") as info:
+        launch(one_rank_never_calls_all_reduce, 2, collective_timeout=1.0)
+    assert "Timed out" in str(info.value), "gloo's own message, in rank 0's traceback"
+    assert time.monotonic() - start < 20, "the rank that waits is stopped at the deadline, not at launch's timeout"
+
+
+def dies_during_all_reduce(rank, world_size):
+    if rank == 1:
+        time.sleep(0.5)  # rank 0 is in the all_reduce by now
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.all_reduce(torch.ones(2))
+
+
+def test_a_rank_that_dies_mid_collective_is_seen_at_once_with_where_the_others_waited(no_children_left):
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"rank 1 of 2 died without returning a result \(killed by SIGKILL\); "
+                                           r"rank 0 was in all_reduce, at `dist.all_reduce"):
+        launch(dies_during_all_reduce, 2)  # the collective deadline is a minute: this must not wait for it
+    assert time.monotonic() - start < 20
 
 
 def test_all_reduce_sums_over_ranks(no_children_left):
@@ -151,10 +225,15 @@ def test_an_unpicklable_result_is_reported_as_that_ranks_error(no_children_left)
         launch(unpicklable, 1)
 
 
-def test_timeout_raises_and_stops_every_rank(no_children_left):
+def test_timeout_raises_and_stops_every_rank_saying_where_each_was(no_children_left):
     start = time.monotonic()
-    with pytest.raises(TimeoutError, match=r"ranks \[0, 1\] of 2"):
-        launch(sleep, 2, 60, timeout=1.0)
+    # Formation takes 0.1-0.3 s, but here a rank's first connection now and then waits 5 s for a reverse DNS lookup of
+    # the loopback address (torch's socket code names its peer; the resolver's timeout): the deadline may pass then.
+    with pytest.raises(TimeoutError, match=r"ranks \[0, 1\] of 2 had not (finished|joined the process group) after "
+                                           r"3 s; all ranks were stopped; rank 0 was .*; rank 1 was ") as info:
+        launch(sleep, 2, 60, timeout=3.0)
+    if "had not finished" in str(info.value):
+        assert re.search(r"rank 0 was at `time.sleep\(seconds\)` \(line \d+ of sleep\)", str(info.value))
     assert time.monotonic() - start < 10
 
 

@@ -8,10 +8,12 @@ import os
 import sys
 import textwrap
 import threading
+import time
 import types
 
 import pytest
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from torchcourse.launch import default_start_method, launch
@@ -58,6 +60,24 @@ def test_a_notebooks_worker_travels_by_value_to_ranks_that_are_not_forks(monkeyp
         assert not any(r["module change"] for r in results), "a change to an imported module does not travel"
         if method == "forkserver":
             assert {r["parent"] for r in results} != {os.getpid()}, "the fork server's children, not this process's"
+    assert not multiprocessing.active_children()
+
+
+def one_rank_never_calls_all_reduce(rank, world_size):
+    if rank == 1:
+        time.sleep(60)
+    dist.all_reduce(torch.ones(2))
+
+
+def test_ranks_from_a_fork_server_that_hang_in_a_collective_say_where_within_the_deadline(fork_server):
+    """The GPU machine's way: ranks that are not forks of this process join the group through this process's store,
+    and a rank left waiting in a collective is reported at the deadline with where the other rank was."""
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"rank 0 of 2 waited 1 s in all_reduce, at `dist.all_reduce\(torch.ones"
+                                           r"\(2\)\)` \(line \d+ of one_rank_never_calls_all_reduce\) for ranks that "
+                                           r"never joined it; rank 1 was at `time.sleep\(60\)`"):
+        launch(one_rank_never_calls_all_reduce, 2, start_method="forkserver", backend="gloo", collective_timeout=1.0)
+    assert time.monotonic() - start < 60  # the fork server's start (seconds: it imports torch) included
     assert not multiprocessing.active_children()
 
 
