@@ -6,8 +6,8 @@ release (its cells, order, ids, nbgrader metadata, kernelspec and notebook metad
 read a field a student wrote:
   - an answer's source, matched by its grade_id (the last copy counts, as in nbgrader; earlier copies stay as cells
     of the student's own), whatever its cell type (nbgrader's OverwriteCells keeps it so too);
-  - a lesson cell's source, matched by its cell id, else, for a hand-in that lost its ids (Colab keeps its own), by
-    its place among the lesson cells around it (difflib's alignment of the two notebooks' lesson cells);
+  - a lesson cell's source, matched by its cell id, else, for a hand-in that holds none of the release's ids (Colab
+    keeps ids of its own), by its text and its place among the lesson cells (difflib's alignment of the two);
   - code and markdown cells the student added, without metadata, outputs or attachments, after the cell they
     followed in the hand-in.
 Test cells are the release's, whatever the hand-in holds (nbgrader's OverwriteCells puts the hidden tests back).
@@ -129,6 +129,7 @@ def sources(cells: list, release) -> Sources:
     tests = {grading(c)["grade_id"] for c in release.cells if grading(c).get("grade") and not grading(c).get("solution")}
     lessons = {c.id: c for c in release.cells if is_lesson(c)}
     found, seen, last = Sources(), Counter(), None  # last: the release cell the hand-in's next cells follow
+    answered_after: dict[str, str | None] = {}  # answer grade_id -> the release cell its copy taken so far followed
     unplaced = []  # (index in `found.added`, cell type, text) of cells that may be lesson cells without their ids
     for cell in cells:
         count_dropped(cell, found.dropped)
@@ -148,8 +149,8 @@ def sources(cells: list, release) -> Sources:
             continue
         if gid in answers:
             if gid in found.answers:  # an earlier copy: a cell of the student's own, as nbgrader's DeduplicateIds
-                found.added.append((last, "code", found.answers[gid]))
-            found.answers[gid], last = text, gid
+                found.added.append((answered_after[gid], "code", found.answers[gid]))
+            found.answers[gid], answered_after[gid], last = text, last, gid
             continue
         cid = cell_id(cell)
         if cid in lessons and cid not in found.lessons and lessons[cid].cell_type == kind:
@@ -159,7 +160,8 @@ def sources(cells: list, release) -> Sources:
             unplaced.append((len(found.added), kind, text))
         found.added.append((last, kind, text))
     found.repeated = {gid for gid, n in seen.items() if n > 1 and (gid in answers or gid in tests)}
-    place_lessons(found, unplaced, [c for c in release.cells if is_lesson(c) and c.id not in found.lessons])
+    if not found.lessons:  # none found by its id: the ids were lost (where some were found, a cell without one is new)
+        place_lessons(found, unplaced, [c for c in release.cells if is_lesson(c)])
     return found
 
 

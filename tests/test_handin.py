@@ -373,3 +373,15 @@ def test_an_unedited_notebook_is_its_release():
     built, found = build(write(student_version()), release())
     assert nbformat.writes(built) == nbformat.writes(release())
     assert not found.added
+
+
+def test_a_cell_added_where_a_lesson_cell_was_deleted_stays_where_the_student_put_it():
+    """With the release's ids in the hand-in, a cell without one is the student's own: it is not taken for a lesson
+    cell they deleted (which comes back as released), and runs where they put it."""
+    nb = right()
+    nb.cells = [c for c in nb.cells if c.id != "lesson"]
+    nb.cells.insert(1, nbformat.v4.new_code_cell("print('mine, at the top')", id="mine"))
+    built, found = build(write(nb), release())
+    assert by_id(built)["lesson"].source == by_id(release())["lesson"].source
+    assert [c.source for c in built.cells if c.id.startswith("added-")] == ["print('mine, at the top')"]
+    assert [c.id for c in built.cells].index("added-0") < [c.id for c in built.cells].index("lesson")
