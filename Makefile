@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+ROLE ?= student
 # nbgrader runs `alembic` as a subprocess when it makes a gradebook: the venv must be on PATH.
 export PATH := $(BIN):$(PATH)
 
@@ -23,9 +24,16 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(BIN)/jupyter labextension enable @jupyter/nbgrader
 	touch $@
 
-lab: setup ## open JupyterLab on notebooks/ (runs setup first if needed)
-	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks \
-	  $(if $(filter 0,$(shell id -u)),--allow-root)  # root: containers, cloud machines
+# A student's Lab has nbgrader's Validate alone: formgrader, Create Assignment and the exchange's Assignments and
+# Courses (which a laptop has none of) are switched off by jupyter/student, the Jupyter configuration path read first.
+# Kernels get CurveZMQ keys (ipykernel's kernelspec asks for them) rather than plain TCP. As root (containers, cloud
+# machines) Jupyter needs --allow-root.
+lab: setup ## open JupyterLab on notebooks/ [PORT=8888] [TOKEN=...] [ARGS=...]; ROLE=instructor: with formgrader
+	$(if $(filter student instructor,$(ROLE)),,$(error ROLE is student (the default) or instructor, not "$(ROLE)"))
+	$(if $(filter student,$(ROLE)),JUPYTER_CONFIG_PATH=$(CURDIR)/jupyter/student) $(BIN)/jupyter lab \
+	  --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks --KernelManager.transport_encryption=auto \
+	  $(if $(PORT),--ServerApp.port=$(PORT)) $(if $(TOKEN),--IdentityProvider.token=$(TOKEN)) \
+	  $(if $(filter 0,$(shell id -u)),--allow-root) $(ARGS)
 
 check: setup ## run a notebook's visible tests, per exercise: make check NB=02 (or NB=path/to/a/copy.ipynb)
 	$(BIN)/python -m torchcourse.check $(NB)

@@ -26,11 +26,13 @@ c.Execute.timeout = 120  # seconds a cell may run; generous, for a loaded machin
 c.IgnorePattern.enabled = True
 c.IgnorePattern.pattern = r"[\s\S]"
 # Feedback shows each test's name, points and message, never hidden test code (autograder/feedback.py), under a
-# summary of each exercise made from what it shows (so after HideHiddenTests).
+# summary of each exercise made from what it shows (so after HideHiddenTests), the lesson's cells folded away.
 c.GenerateFeedback.preprocessors = ["nbgrader.preprocessors.GetGrades", "autograder.feedback.HideHiddenTests",
-                                    "autograder.feedback.ExerciseSummary",
+                                    "autograder.feedback.ExerciseSummary", "autograder.feedback.FoldLessons",
                                     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]
 c.GenerateFeedback.exporter_class = "autograder.feedback.FeedbackPage"  # nbconvert's page, without its slow rewrite
+# nbgrader's feedback page opening with the summary, without MathJax from a CDN (autograder/templates/feedback_page)
+c.FeedbackPage.template_name = "feedback_page"
 # Pages that show a hand-in run none of its code: every HTMLExporter reading this file (the feedback's, and formgrader's
 # view of a submission, served from the Jupyter server's own origin) sanitises markdown and outputs' HTML and leaves
 # JavaScript and widget outputs out (nbconvert's sanitize_html, two of its filters replaced: autograder/feedback.py).

@@ -1,6 +1,7 @@
 """python -m autograder grade ASSIGNMENT [SUBMISSIONS] [--jobs N] [--out DIR] [--shard K/N] [--scheduler ADDRESS] ...
 python -m autograder merge OUT_1 OUT_2 ... [--out DIR]
-python -m autograder export ASSIGNMENT --lms canvas|moodle [--out FILE] [--title TITLE]"""
+python -m autograder export ASSIGNMENT --lms canvas|moodle [--out FILE] [--title TITLE]
+python -m autograder remove ASSIGNMENT STUDENT... [--force]"""
 
 import argparse
 import os
@@ -8,7 +9,8 @@ import sys
 from pathlib import Path
 
 from .batch import BatchFailed, Options, grade, merge
-from .lms import CANVAS_PATTERN, LMS, MOODLE_PATTERN, export
+from .lms import LMS, export
+from .remove import remove
 
 
 def settings(args) -> dict:
@@ -49,9 +51,10 @@ def main() -> None:
     g.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="submissions graded at once (default: cores)")
     g.add_argument("--out", type=Path, help="where grades.csv and feedback/ go (default autograder/grades/ASSIGNMENT)")
     g.add_argument("--force", action="store_true", help="grade again what an earlier run already graded")
-    g.add_argument("--pattern", help="regex naming the student in each zip entry's path by its group student_id "
-                                     f"(default: alice/… or alice.ipynb); Canvas's user id: '{CANVAS_PATTERN}', "
-                                     f"Moodle's participant id: '{MOODLE_PATTERN}'".replace("%", "%%"))
+    g.add_argument("--pattern", help="regex naming the student in each zip entry's path by its group student_id (and "
+                                     "optionally name, or first_name and last_name, and late: the LMS marked it late); "
+                                     "needed only where the zip's layout is none the grader recognises: Canvas's, "
+                                     "Moodle's, a folder or a notebook per student")
     g.add_argument("--course", type=Path, default=Path.cwd(), help="the course folder (default: here)")
     g.add_argument("--timeout", type=int, help="seconds a cell may run (Execute.timeout)")
     g.add_argument("--memory", type=float, help="GiB of memory a kernel may use (SandboxedKernelManager.memory_gib)")
@@ -83,9 +86,24 @@ def main() -> None:
     e.add_argument("--title", help="Canvas: the assignment's column, as Canvas names it, 'Title (assignment id)' "
                                    "(default: ASSIGNMENT, which Canvas creates unless an assignment has that title)")
     e.add_argument("--course", type=Path, default=Path.cwd(), help="the course folder (default: here)")
+    r = commands.add_parser("remove", help="take students out of an assignment's grades (a wrong run's, say)",
+                            description="List what removing these students from one assignment takes away: their "
+                                        "submission in the course's gradebook (and the student, where they have no "
+                                        "other), their files in the grader's output folder and nbgrader's submitted/, "
+                                        "autograded/ and feedback/ folders, their rows of grades.csv. With --force, "
+                                        "remove it, as `nbgrader db student remove --force` does.")
+    r.add_argument("assignment", help="assignment name or number, e.g. 02_autograd or 02")
+    r.add_argument("students", nargs="+", metavar="STUDENT",
+                   help="a student id as grades.csv shows it, or a shell-style pattern in quotes ('*_02_autograd')")
+    r.add_argument("--force", action="store_true", help="remove (without it: only list what would be removed)")
+    r.add_argument("--out", type=Path, help="the grading's output folder (default autograder/grades/ASSIGNMENT)")
+    r.add_argument("--course", type=Path, default=Path.cwd(), help="the course folder (default: here)")
     args = parser.parse_args()
     if args.command == "merge":
         merge(args.folders, args.out, args.course.resolve(), {})
+        return
+    if args.command == "remove":
+        remove(args.assignment, args.students, args.force, args.out, args.course.resolve())
         return
     if args.command == "export":
         export(args.assignment, args.lms, args.out, args.course.resolve(), args.title)

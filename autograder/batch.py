@@ -14,23 +14,27 @@ import traceback
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta, timezone
 from pathlib import Path
 
 import nbformat
 from nbgrader.coursedir import CourseDirectory
+from nbgrader.utils import parse_utc
 from sqlalchemy.engine import make_url
 from traitlets.config import Config
 
 from . import config as course_config, gradebook, grade_one, limits, processes, reference, similarity
-from .collect import collect, from_course
+from .collect import Submission, collect, from_course, layout_of
 from .kernel import SandboxUnavailable, require_sandbox
 from .notebook import nbgrader_ids
 from .processes import exclusive, in_child
+from .progress import Progress
 from .report import write_report
-from .results import STATUSES, read_result, replace_file, write_result, write_table
+from .results import STATUSES, formgraders_mean, read_result, replace_file, write_result, write_table
 from .supervisor import BatchFailed, Pool
 
-OUTPUTS = ("results", "feedback", "autograded", "logs", "submitted")  # a batch's output folders, one file per student
+# a batch's output folders, one file per student: <folder>/<student><suffix>
+OUTPUTS = {"results": ".json", "feedback": ".html", "autograded": ".ipynb", "logs": ".log", "submitted": ".ipynb"}
 
 
 @dataclass(kw_only=True)
@@ -92,25 +96,6 @@ def resolve(cd: CourseDirectory, name: str) -> tuple[str, Path]:
     return matches[0], notebooks[0]
 
 
-class Progress:
-    """One line on stderr: a bar, counts by status, and the time left."""
-
-    def __init__(self, total: int):
-        self.total, self.done, self.counts, self.start = total, 0, Counter(), time.perf_counter()
-        self.tty = sys.stderr.isatty()
-
-    def update(self, result: dict) -> None:
-        self.done += 1
-        self.counts[result["status"]] += 1
-        elapsed = time.perf_counter() - self.start
-        left = elapsed / self.done * (self.total - self.done)
-        bar = "#" * round(20 * self.done / self.total)
-        counts = " ".join(f"{s} {self.counts[s]}" for s in STATUSES if self.counts[s])
-        line = f"[{bar:<20}] {self.done}/{self.total}  {counts}  ETA {int(left) // 60}:{int(left) % 60:02d}"
-        print(f"\r{line}" if self.tty else f"{line}  ({result['student_id']})", end="" if self.tty else "\n",
-              file=sys.stderr, flush=True)
-
-
 def shard_of(student_id: str, count: int) -> int:
     """Which of `count` parts of a class a student is in (1 to count): fixed by the id alone, on any machine."""
     return int.from_bytes(hashlib.sha256(student_id.encode()).digest()[:8], "big") % count + 1
@@ -147,6 +132,42 @@ def plan(found, options: Options, make_job, out: Path) -> tuple[dict, list]:
     return results, todo
 
 
+def price_marked_late(found: list[Submission], due: dict[str, str], assignment: str) -> None:
+    """A hand-in the LMS marked late without saying when (Canvas's LATE_) counts as handed in 1 s after the student's
+    due date in the gradebook, the least it can be: the course's LateSubmissionPlugin then prices it, here and in
+    formgrader. Without a due date nothing can price it: its row says so, and so does the command."""
+    unpriced = []
+    for s in found:
+        if not s.marked_late or s.path is None:
+            continue
+        if s.student_id in due:
+            deadline = parse_utc(due[s.student_id]).replace(tzinfo=timezone.utc)
+            s.timestamp = (deadline + timedelta(seconds=1)).isoformat()
+            said = (f"handed in late ({s.marked_late}, without saying when): it counts as handed in 1 s after the "
+                    f"due date ({deadline:%Y-%m-%d %H:%M:%S} UTC), the least it can be, and the course's late rule "
+                    "applies")
+        else:
+            unpriced.append(s.given_id or s.student_id)
+            said = (f"handed in late ({s.marked_late}); the gradebook has no due date for this assignment, so no late "
+                    "penalty was applied")
+        s.message = "; ".join(filter(None, [s.message, said]))
+    if unpriced:
+        print(f"{len(unpriced)} hand-ins marked late in the zip ({', '.join(unpriced)}) lose no points: {assignment} "
+              f"has no due date in the gradebook. To apply the course's late rule, set it (nbgrader db assignment add "
+              f"{assignment} --duedate='YYYY-MM-DD HH:MM:SS TIMEZONE') and run the same command again: only "
+              "those hand-ins are graded again", file=sys.stderr)
+
+
+def with_names(results: dict[str, dict], found: list[Submission], out: Path) -> dict[str, dict]:
+    """The rows with each student's name as the zip gave it, kept in their stored results too (a merge reads them)."""
+    names = {s.student_id: {"first_name": s.first_name, "last_name": s.last_name} for s in found}
+    for sid, r in results.items():
+        if sid in names and any(r.get(key, "") != value for key, value in names[sid].items()):
+            results[sid] = {**r, **names[sid]}
+            write_result(out / "results" / f"{sid}.json", results[sid])
+    return results
+
+
 def enter(course: Path) -> None:
     """Work from the course folder, as nbgrader expects: its paths (the gradebook's among them) are relative to it,
     and it runs `alembic` from this environment."""
@@ -167,6 +188,10 @@ def grade(options: Options) -> list[dict]:
     check_configuration(config)
     cd = CourseDirectory(config=config)
     assignment, source = resolve(cd, options.assignment)
+    if options.submissions and (layout := layout_of(options.submissions, source.name, options.pattern)):
+        # layout_of refuses a zip or folder whose names do not say whose each notebook is: before anything is written
+        inside = f", in its folder {layout.inside}" if layout.inside else ""
+        print(f"{options.submissions.name}: {layout.name} layout{inside}", file=sys.stderr)
     out = (options.out or options.course / "autograder" / "grades" / assignment).resolve()
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -221,6 +246,7 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
                 found = [s for s in found if shard_of(s.student_id, options.shard[1]) == options.shard[0]]
         with step("reading the due dates in the course's gradebook"):
             due = gradebook.due_dates(cd, assignment, [s.student_id for s in found])
+        price_marked_late(found, due, assignment)
 
         def make_job(s):
             # a scratch course named by no student id: its gradebook's URL would decode a '%' in the id
@@ -238,7 +264,7 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
         print(f"{assignment}{part}: {len(found)} students, {len(todo)} to grade ({len(found) - len(todo)} done before "
               f"or with no notebook), {where}", file=sys.stderr)
         timeout = config.Execute.get("timeout", 30)
-        deadline, progress = 10 * timeout + 120, Progress(max(1, len(todo)))
+        deadline, progress = 10 * timeout + 120, Progress(max(1, len(todo)), every=min(30, timeout or 30))
         try:
             if options.scheduler:  # Dask is imported only here: without --scheduler the grader never needs it
                 from .distributed import run_on_dask
@@ -248,6 +274,7 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
         finally:  # whatever happened, every row graded so far goes into the table
             results |= {job.student_id: r for job in todo
                         if (r := read_result(out / "results" / f"{job.student_id}.json")) is not None}
+            results = with_names(results, found, out)
             rows = [results[sid] for sid in sorted(results)]
             write_table(out / "grades.csv", rows, list(points))
         if not options.shard:  # a shard's rows go into the gradebook with the others', by `merge`
@@ -355,8 +382,8 @@ def merge(folders: list[Path], out: Path | None, course: Path, settings: dict) -
         for sid, shard in origin.items():
             if shard == out:
                 continue
-            for folder, name in zip(OUTPUTS, (f"{sid}.json", f"{sid}.html", f"{sid}.ipynb", f"{sid}.log", f"{sid}.ipynb")):
-                if (shard / folder / name).exists():
+            for folder, suffix in OUTPUTS.items():
+                if (shard / folder / (name := f"{sid}{suffix}")).exists():
                     replace_file(out / folder / name, source=shard / folder / name)
         rows = [results[sid] for sid in sorted(results)]
         write_table(out / "grades.csv", rows, list(points_of(source)))
@@ -372,10 +399,10 @@ def merge(folders: list[Path], out: Path | None, course: Path, settings: dict) -
 
 def summarise(rows: list[dict], out: Path, seconds: float, config: Config, shard: tuple[int, int] | None = None) -> None:
     counts = Counter(r["status"] for r in rows)
-    graded = [r["score"] / r["max_score"] for r in rows if r["status"] == "graded" and r["max_score"]]
-    mean = f"{100 * sum(graded) / len(graded):.0f}%" if graded else "-"
+    best = max((r["max_score"] for r in rows), default=0)
+    mean = f"mean score {formgraders_mean(rows):.2f} of {best:g} (formgrader's: every student)" if rows else ""
     print(f"\n{len(rows)} students: " + ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s]) +
-          f"; mean score of the graded {mean}; {seconds:.0f} s in all", file=sys.stderr)
+          f"; {mean}; {seconds:.0f} s in all", file=sys.stderr)
     if config.SandboxedKernelManager.get("unfenced", False):
         print("UNFENCED: student code ran without the sandbox, with your permissions (--unfenced)", file=sys.stderr)
     print(f"grades: {out / 'grades.csv'}\nfeedback: {out / 'feedback'}/<student>.html", file=sys.stderr)

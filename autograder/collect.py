@@ -17,6 +17,15 @@ from .results import SECRET_FILE, TIMESTAMP_FILE
 SPARE_BYTES = 256 << 20  # what unpacking a zip leaves free on the disk at least, for the grading itself
 MAX_NOTE_BYTES = 1024  # a timestamp.txt or submission_secret.txt is a line; more is not read
 MAX_NAME = 120  # characters of a student's file name (file systems allow 255 bytes, with room left for suffixes)
+# How each LMS's "download all submissions" zip names a notebook, as regular expressions on its path in the zip: the
+# group student_id is the id the LMS's gradebook import matches rows by; name is the student's name as the LMS wrote
+# it; late is Canvas's LATE_ marker. Canvas: lib/content_zipper.rb in instructure/canvas-lms (<lastfirst>: the last and
+# first names, lowercased, with spaces and punctuation removed). Moodle: download_submissions in mod/assign/locallib.php
+# (the full name, with "_" made a space, then the participant id; a folder per student, or that prefix on each file).
+CANVAS_PATTERN = r"^(?P<name>[^/]+?)_(?P<late>LATE_)?(?P<student_id>\d+)_\d+_"
+MOODLE_PATTERN = r"^(?P<name>[^_/]+)_(?P<student_id>\d+)_assignsubmission_file_"
+PLAIN_PATTERN = r"^(?P<student_id>[^/]+?)(?:/|\.ipynb$)"  # alice/<anything>.ipynb or alice.ipynb
+SUGGESTED_PATTERN = r"(?P<student_id>[^_/]+)_[^/]*$"  # what a refusal proposes: a file name's part before its first _
 
 
 @dataclass
@@ -29,6 +38,20 @@ class Submission:
     secret: str = ""  # and the submission's secret (submission_secret.txt), which names its feedback in the exchange
     given_id: str = ""  # the id as the folder, file or LMS gave it ("" where it is student_id itself)
     status: str = "missing"  # the row's status when path is None: "invalid" where what was handed in is unusable
+    first_name: str = ""  # the student's name, where the LMS's file names give one
+    last_name: str = ""
+    marked_late: str = ""  # who said it was handed in late, without saying when ("Canvas marked it LATE_"), or ""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a zip names who handed in each notebook, recognised from all its notebooks' names."""
+    name: str  # for people: "Canvas's", "Moodle's", "one folder or notebook per student", "--pattern's"
+    pattern: str  # reads student_id (and name or first_name/last_name, and late) from a notebook's path in the zip
+    inside: str = ""  # the one folder every notebook of the zip is in ("" if none), which names no student
+
+    def read(self, path: str) -> re.Match | None:
+        return re.search(self.pattern, path[len(self.inside):])
 
 
 def file_name_of(student: str) -> str:
@@ -84,24 +107,31 @@ def notebooks_under(folder: Path) -> list[Path]:
     return found
 
 
-def from_folder(folder: Path, wanted: str) -> list[Submission]:
-    """`alice/<anything>/02_x.ipynb` or `alice.ipynb`: one entry per student. A student's folder or notebook that is
-    a link is not followed: their row says so."""
+def from_folder(folder: Path, wanted: str, pattern: str | None = None) -> list[Submission]:
+    """A folder laid out as a zip may be (`recognise`: an LMS's zip unpacked, `alice/<anything>/02_x.ipynb`,
+    `alice.ipynb`): one entry per student. A student's folder or notebook that is a link is not followed: their row
+    says so; a student's folder without a notebook is their row too."""
+    paths = {p.relative_to(folder).as_posix(): p for p in notebooks_under(folder)}
+    layout = recognise(sorted(paths), wanted, pattern, folder)
     by_student: dict[str, list[Path]] = {}
+    facts: dict[str, Submission] = {}
     links: dict[str, list[str]] = {}
+    for name, path in paths.items():
+        by_student.setdefault(known(facts, whose(layout, name)), []).append(path)
     for entry in sorted(folder.iterdir()):
-        if hidden(entry.name) or not (entry.is_dir() or entry.suffix == ".ipynb"):
+        if hidden(entry.name) or not (entry.is_dir() or entry.suffix == ".ipynb") or (
+                not entry.is_symlink() and (layout.pattern != PLAIN_PATTERN or layout.inside or not entry.is_dir())):
             continue
-        given = entry.name if entry.is_dir() else entry.stem
+        match = layout.read(f"{entry.name}/" if entry.is_dir() else entry.name)
+        given = known(facts, whose(layout, entry.name, match)) if match else (
+            entry.name if entry.is_dir() else entry.stem)
+        facts.setdefault(given, Submission(given, None))
         by_student.setdefault(given, [])
         if entry.is_symlink():
             links.setdefault(given, []).append(f"{entry.name} is a link, which the grader does not follow: hand in "
                                                "the notebook itself")
-        elif entry.is_dir():
-            by_student[given] += notebooks_under(entry)
-        else:
-            by_student[given].append(entry)
-    return [handed_in(given, paths, wanted, links.get(given, [])) for given, paths in by_student.items()]
+    return [with_facts(handed_in(given, paths, wanted, links.get(given, [])), facts[given])
+            for given, paths in by_student.items()]
 
 
 def note(folder: Path, name: str) -> str:
@@ -130,33 +160,125 @@ def from_course(submitted: Path, assignment: str, wanted: str) -> list[Submissio
     return sorted(found, key=lambda s: s.student_id)
 
 
+def kind_of(path: str) -> str:
+    """Which layout one notebook's path in a zip is named by: "Canvas", "Moodle", "file" or "folder"."""
+    if re.search(MOODLE_PATTERN, path):
+        return "Moodle"
+    if "/" in path:
+        return "folder"
+    return "Canvas" if re.search(CANVAS_PATTERN, path) else "file"
+
+
+def examples(names: list[str]) -> str:
+    return " and ".join(repr(n) for n in names[:2])
+
+
+def recognise(names: list[str], wanted: str, pattern: str | None, archive: Path) -> Layout:
+    """The layout of a zip whose notebooks have these paths, decided from all of them at once; SystemExit where the
+    names do not say who handed in what (a layout the grader does not know, or several in one zip): nothing has been
+    written then. `pattern`, the instructor's --pattern, must read a student id from every one."""
+    if pattern:
+        unread = [n for n in names if not re.search(pattern, n)]
+        if unread:
+            raise SystemExit(f"{archive}: --pattern reads no student_id from {len(unread)} of the zip's {len(names)} "
+                             f"notebooks, e.g. {examples(unread)}. Nothing was graded or written: give a --pattern "
+                             "that reads every notebook's student (or leave it out: Canvas's and Moodle's zips are "
+                             "recognised without it)")
+        return Layout(name="--pattern's", pattern=pattern)
+    tops = {n.split("/")[0] for n in names}
+    inside = f"{tops.pop()}/" if len(names) > 1 and len(tops) == 1 and all("/" in n for n in names) else ""
+    if inside and kind_of(inside) == "Moodle":
+        inside = ""  # one student's Moodle folder, not a folder around the class
+    kinds: dict[str, list[str]] = {}
+    for n in names:
+        kinds.setdefault(kind_of(n[len(inside):]), []).append(n)
+    stem = Path(wanted).stem.casefold()
+    named_files = [n for n in kinds.get("file", []) if stem in Path(n).stem.casefold()]
+    if named_files:  # alice.ipynb names a student; a name holding the assignment's own is an LMS's, read whole
+        suggested = [m.group("student_id") for n in named_files[:2] if (m := re.search(SUGGESTED_PATTERN, n))]
+        reads = "" if len(suggested) < 2 else f", which reads {examples(suggested)} from them" if len(set(
+            suggested)) == 2 else f" (it reads {suggested[0]!r} from both: no student's id; write one that reads it)"
+        raise SystemExit(f"{archive}: the grader cannot tell whose notebook is whose: names such as "
+                         f"{examples(named_files)} hold the assignment's file name and match no layout it knows "
+                         "(Canvas's lastfirst_[LATE_]<user id>_<file id>_<name>, Moodle's "
+                         "<Full name>_<participant id>_assignsubmission_file_/, or one folder or notebook per student "
+                         "named by the student's id). Nothing was graded or written. Give --pattern, a regular "
+                         "expression whose group student_id is the student's id (and, optionally, name or "
+                         f"first_name/last_name, and late), e.g. --pattern '{SUGGESTED_PATTERN}'{reads}")
+    if len({"plain" if kind in ("file", "folder") else kind for kind in kinds}) > 1:
+        mixed = "; ".join(f"{len(found)} {'named' if kind in ('Canvas', 'Moodle') else 'as'} "
+                          f"{LAYOUT_NAMES[kind]} (e.g. {examples(found)})" for kind, found in sorted(kinds.items()))
+        raise SystemExit(f"{archive}: its notebooks are named in more than one way: {mixed}. Which part of each "
+                         "name is the student is unclear, so nothing was graded or written: grade each LMS's zip "
+                         "on its own, or give --pattern, a regular expression whose group student_id reads every "
+                         "notebook's student")
+    if "Canvas" in kinds:
+        return Layout(name="Canvas's (lastfirst_[LATE_]<user id>_<file id>_<name>)", pattern=CANVAS_PATTERN,
+                      inside=inside)
+    if "Moodle" in kinds:
+        return Layout(name="Moodle's (<Full name>_<participant id>_assignsubmission_file_)", pattern=MOODLE_PATTERN,
+                      inside=inside)
+    shape = {("file",): "one notebook per student", ("folder",): "one folder per student"}.get(
+        tuple(sorted(kinds)), "one folder or notebook per student")
+    return Layout(name=shape, pattern=PLAIN_PATTERN, inside=inside)
+
+
+LAYOUT_NAMES = {"Canvas": "as Canvas names hand-ins", "Moodle": "as Moodle names hand-ins",
+                "file": "a notebook per student", "folder": "a folder per student"}
+
+
+def notebooks_in(z: zipfile.ZipFile) -> list[zipfile.ZipInfo]:
+    """The zip's notebooks: not folders, not hidden (macOS's __MACOSX copies, dot-files)."""
+    return [info for info in z.infolist() if not info.is_dir() and info.filename.endswith(".ipynb")
+            and not any(hidden(part) for part in Path(info.filename).parts)]
+
+
+def whose(layout: Layout, path: str, match: re.Match | None = None) -> Submission:
+    """Who handed in the notebook at `path` (in a zip or a folder), as the layout reads it: their id, name and
+    whether the LMS marked it late (a Submission without a notebook yet)."""
+    match = match or layout.read(path)
+    first, last = name_of(match)
+    late = "late" in match.re.groupindex and match.group("late")
+    said = "" if not late else "Canvas marked it LATE_" if layout.pattern == CANVAS_PATTERN else "its name marks it late"
+    return Submission(match.group("student_id"), None, first_name=first, last_name=last, marked_late=said)
+
+
+def known(facts: dict[str, "Submission"], who: Submission) -> str:
+    """Who's id, with what the names say of them kept in `facts` (late if any of their notebooks is marked so)."""
+    seen = facts.setdefault(who.student_id, who)
+    seen.marked_late = seen.marked_late or who.marked_late
+    return who.student_id
+
+
+def name_of(match: re.Match) -> tuple[str, str]:
+    """(first name, last name) as a layout's match gives them: its groups first_name and last_name, or else its group
+    name split at the last space (Moodle's full name is "First Last" unless the site orders names otherwise; Canvas's
+    lastfirst has no space, and is kept whole as the last name: where it splits is unknowable)."""
+    groups = match.re.groupindex
+    if "first_name" in groups or "last_name" in groups:
+        return tuple(((match.group(g) if g in groups else "") or "").strip() for g in ("first_name", "last_name"))
+    first, _, last = ((match.group("name") if "name" in groups else "") or "").strip().rpartition(" ")
+    return first.strip(), last
+
+
 def from_zip(archive: Path, wanted: str, pattern: str | None, scratch: Path) -> list[Submission]:
     """Unpack the notebooks of an LMS export safely, then group them by student.
 
-    Without `pattern`, the zip holds the folder layout. With it, each notebook's path inside the zip is matched
-    against the regular expression, whose group `student_id` names the student (as nbgrader's zip_collect does).
+    Without `pattern`, the layout is recognised from the names (`recognise`: Canvas's, Moodle's, a folder or a
+    notebook per student). With it, each notebook's path inside the zip is matched against the regular expression,
+    whose group `student_id` names the student (as nbgrader's zip_collect does); groups name (or first_name and
+    last_name) and late, where it has them, give the student's name and say the LMS marked the hand-in late.
     Members are unpacked one at a time, each bounded by its declared size (zipfile reads no more); one that cannot be
     unpacked (damaged, over MAX_BYTES) costs its student's row alone. No total is fixed: a class of notebooks with
     plots is gigabytes. Only a disk that would fill stops it, naming how much more it needs.
     """
-    regex = re.compile(pattern) if pattern else None
     by_student: dict[str, list[Path]] = {}
     problems: dict[str, list[str]] = {}
+    facts: dict[str, Submission] = {}  # student -> their name and late marker, as the zip's names give them
     with zipfile.ZipFile(archive) as z:
-        members = []
-        for info in z.infolist():
-            name = info.filename
-            if info.is_dir() or not name.endswith(".ipynb") or any(hidden(part) for part in Path(name).parts):
-                continue
-            if regex:
-                match = regex.search(name)
-                if not match:
-                    continue
-                given = match.group("student_id")
-            else:
-                parts = Path(name).parts
-                given = parts[0] if len(parts) > 1 else Path(name).stem
-            members.append((given, info))
+        notebooks = notebooks_in(z)
+        layout = recognise([info.filename for info in notebooks], wanted, pattern, archive)
+        members = [(known(facts, whose(layout, info.filename)), info) for info in notebooks]
         for i, (given, info) in enumerate(members):
             by_student.setdefault(given, [])
             if info.file_size > MAX_BYTES:
@@ -181,7 +303,14 @@ def from_zip(archive: Path, wanted: str, pattern: str | None, scratch: Path) -> 
                                                       f"({type(error).__name__}: {error})")
                 continue
             by_student[given].append(target)
-    return [handed_in(given, paths, wanted, problems.get(given, [])) for given, paths in by_student.items()]
+    return [with_facts(handed_in(given, paths, wanted, problems.get(given, [])), facts[given])
+            for given, paths in by_student.items()]
+
+
+def with_facts(s: Submission, facts: Submission) -> Submission:
+    """The hand-in with the student's name and late marker that the zip's names gave."""
+    s.first_name, s.last_name, s.marked_late = facts.first_name, facts.last_name, facts.marked_late
+    return s
 
 
 def room_for(folder: Path, size: int, archive: Path, left: list[int]) -> None:
@@ -195,6 +324,20 @@ def room_for(folder: Path, size: int, archive: Path, left: list[int]) -> None:
                          "disk) and run the same command again")
 
 
+def layout_of(submissions: Path, wanted: str, pattern: str | None) -> Layout | None:
+    """The layout of SUBMISSIONS where it is a zip or a folder (SystemExit where the grader cannot read it, before
+    anything is written), else None."""
+    if submissions.suffix == ".ipynb" and submissions.is_file():
+        return None
+    if zipfile.is_zipfile(submissions):
+        with zipfile.ZipFile(submissions) as z:
+            return recognise([info.filename for info in notebooks_in(z)], wanted, pattern, submissions)
+    if submissions.is_dir():
+        return recognise([p.relative_to(submissions).as_posix() for p in notebooks_under(submissions)], wanted,
+                         pattern, submissions)
+    return None
+
+
 def collect(submissions: Path, wanted: str, pattern: str | None, scratch: Path) -> list[Submission]:
     """Every student found in SUBMISSIONS (a folder, a zip file, or one notebook), sorted by student id."""
     if submissions.suffix == ".ipynb" and submissions.is_file():
@@ -202,7 +345,7 @@ def collect(submissions: Path, wanted: str, pattern: str | None, scratch: Path) 
     elif zipfile.is_zipfile(submissions):
         found = from_zip(submissions, wanted, pattern, scratch)
     elif submissions.is_dir():
-        found = from_folder(submissions, wanted)
+        found = from_folder(submissions, wanted, pattern)
     else:
         raise SystemExit(f"{submissions}: not a folder of submissions, a zip file, nor a notebook")
     return sorted(found, key=lambda s: s.student_id)

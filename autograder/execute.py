@@ -10,16 +10,18 @@ from nbgrader.preprocessors import Execute
 from nbgrader.utils import is_grade, is_solution
 from traitlets import Float, Integer, default
 
-from torchcourse.check import HIDDEN
+from torchcourse.check import HIDDEN, answer_cells, grading, test_cells
 from torchcourse.values import MIME
 
 from .integrity import Canary, isolated, names_used, preload, probes_for, setup, what_changed
 from .judge import as_graded, sent, verdict
 from .kernel import SandboxedKernelManager
 from .notebook import grade_id
+from .step import Step
 
 FINDINGS = "autograder"  # the notebook metadata key under which a run's findings reach nbgrader's later steps
 NOT_RUN = "(not run in grading: a lesson cell as it was released, which the exercises do not need)\n"
+SKIPPED = "TestSkipped"  # the error a test cell shows when it was not run, as a test of its exercise ran out of time
 
 
 def error_output(ename: str, evalue: str) -> NotebookNode:
@@ -31,12 +33,26 @@ def is_test(cell) -> bool:
     return cell.cell_type == "code" and is_grade(cell) and not is_solution(cell) and bool(cell.source.strip())
 
 
+def later_tests_of_its_exercise(nb, index: int) -> list[int]:
+    """Indices of the test cells after cell `index` that test the same answer as it (test_cells: named after it)."""
+    gid = grading(nb.cells[index]).get("grade_id", "")
+    answers = [a for c in answer_cells(nb) if gid.startswith((a := grading(c)["grade_id"]) + "_")]
+    if not answers:
+        return []
+    tests = {id(cell) for cell in test_cells(nb, max(answers, key=len))}  # ex1_mean_x tests ex1_mean, not ex1
+    return [i for i in range(index + 1, len(nb.cells)) if id(nb.cells[i]) in tests and is_test(nb.cells[i])]
+
+
+class SkippedTest(str):
+    """Why a test cell is not run: a test of its exercise ran past the time limit (shown as SKIPPED, not as a stop)."""
+
+
 def out_of_threads(reply: dict | None) -> bool:
     """The kernel, at its limit of processes, could not start a thread while showing an error."""
     return bool(reply) and reply.get("ename") == "RuntimeError" and reply.get("evalue") == "can't start new thread"
 
 
-class GuardedExecute(Execute):
+class GuardedExecute(Step, Execute):
     """nbgrader's Execute, with each kernel in a sandbox (kernel.py), and checks around each test cell (integrity.py).
 
     From the first check that fails, test cells score 0 and nothing more runs. Once a hidden test cell has started,
@@ -64,7 +80,9 @@ class GuardedExecute(Execute):
     def __init__(self, **kw):
         kw.setdefault("kernel_manager_class", SandboxedKernelManager)
         super().__init__(shutdown_kernel="immediate", **kw)
-        self.skip: dict[int, str] = {}  # cell index -> why it is not run (set by the grader before a second attempt)
+        # cell index -> why it is not run: set by the grader before a second attempt, and by a test that runs out of
+        # time for the later tests of its exercise (the grader's dict: those stay skipped in a second attempt too)
+        self.skip: dict[int, str] = {}
         # What the solution's test cells sent (judge.py), grade_id -> values: the test cells then run without their
         # expected values and the grader judges what they send. None: they run as written, comparing in the kernel.
         self.expected: dict[str, list[dict]] | None = None
@@ -120,7 +138,8 @@ class GuardedExecute(Execute):
         if self.baseline is None:
             await self._start_checks()
         if cell_index in self.skip:
-            self.grader_says(cell, "GradingStopped", self.skip[cell_index])
+            why = self.skip[cell_index]
+            self.grader_says(cell, SKIPPED if isinstance(why, SkippedTest) else "GradingStopped", why)
             return cell
         if cell.id in self.lessons_skipped:
             cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=NOT_RUN)]
@@ -159,6 +178,17 @@ class GuardedExecute(Execute):
             await self._trusted([cell] + ([self.nb.cells[following]] if together else []), cell_index, after_test=True)
             self.checked_before = following if together else None
         return cell
+
+    async def _async_handle_timeout(self, timeout, cell=None):
+        """nbclient's (the kernel interrupted, or a CellTimeoutError where it will not stop); a test cell's later tests
+        of the same exercise are then not run: they call the same answer, and would each wait the limit again (an
+        endless loop cost twice the limit). The kernel, interrupted, goes on with the other exercises."""
+        if cell is not None and self.running is not None and is_test(cell):
+            for later in later_tests_of_its_exercise(self.nb, self.running):
+                self.skip.setdefault(later, SkippedTest(
+                    f"not run: {grading(cell)['grade_id']}, a test of the same exercise, ran past the {timeout} s "
+                    "time limit, and this test would have waited as long again"))
+        return await super()._async_handle_timeout(timeout, cell)
 
     def own_counts(self, cell) -> None:
         """The cell's execution count, and its outputs' metadata and display ids, as the grader sets them: a kernel can

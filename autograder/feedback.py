@@ -4,8 +4,11 @@ Once hidden tests have reached the kernel, student code may have recorded them, 
 (in any cell, in an error it raises inside a test, in a widget) could carry them. So from the first hidden test cell
 on, the feedback keeps, for each test cell, whether it failed, the exception's name (a built-in one, else "Error")
 and the message only if it is one the instructor wrote in that cell, with the values filled into it left out.
-Earlier cells keep their outputs: the execute step (execute.py) stops later messages from changing them.
-The first cell then sums up each exercise (ExerciseSummary), from the outputs as the feedback shows them.
+Earlier cells keep their outputs: the execute step (execute.py) stops later messages from changing them. A visible
+test's own error is told as a second run without the hidden tests raised it (grade_one.visible_errors), where there
+was one: that kernel never held a hidden test. A cell stopped at the time limit says so, and names the limit.
+The first cell then sums up each exercise (ExerciseSummary), from the outputs as the feedback shows them, and the
+lesson's cells are folded away (FoldLessons; the page's template, templates/feedback_page, draws both).
 
 A page that shows a hand-in runs none of it: nbgrader_config.py has every HTMLExporter (the feedback's, formgrader's
 view of a submission) sanitise markdown and outputs' HTML (SanitisedMarkdown, sanitised) and leave JavaScript and widget
@@ -18,25 +21,40 @@ import html
 import json
 import re
 from functools import lru_cache
+from pathlib import Path
 
 import bleach
+import nbgrader
 from bleach.css_sanitizer import CSSSanitizer
-from jinja2 import BytecodeCache, pass_context
+from jinja2 import BytecodeCache, FileSystemLoader, PrefixLoader, pass_context
 from nbconvert.exporters import HTMLExporter, TemplateExporter
 from nbconvert.filters.highlight import Highlight2HTML
 from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 from nbformat import NotebookNode
-from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import default, validate
 from traitlets.config import LoggingConfigurable
 
 from torchcourse.check import HIDDEN, answer_cells, grading, test_cells  # HIDDEN: the one definition of the markers
 
-from .execute import FINDINGS, is_test
+from .execute import FINDINGS, GuardedExecute, error_output, is_test
 from .notebook import exercise_name, first_failure
+from .step import Step
 
 NOTICE = "# Hidden tests ran here when your notebook was graded; their code is not shown.\n"
 WITHHELD = "(output not shown: it was made after hidden tests had run)"
 UNKNOWN_MESSAGE = "(message not shown: it is not one of this test's own)"
+# A visible test's error whose message the page cannot show (it was raised after hidden tests had run, and no run
+# without them raised it): the student can run the test in their notebook and read it there.
+VISIBLE_UNKNOWN = ("(message not shown: hidden tests had run before this test when it failed; run this test in your "
+                   "notebook to see its message)")
+VISIBLE_RUN_NOTE = ("This test's own error, as a second run of your notebook without the hidden tests raised it\n"
+                    "(in the graded run, hidden tests had run before this test):\n")
+TIMED_OUT = "CellTimeoutError"  # the error nbgrader's execute step adds to a cell it stopped at the time limit
+VISIBLE_RUN = "visible_run"  # under FINDINGS: visible tests' errors in a run without the hidden tests (grade_one)
+ERROR_CHARS, TRACEBACK_LINES = 4000, 60  # of a kernel's error the page shows: characters of a line, lines
+PAGE = "autograder_page"  # a cell's metadata for the page's template: the summary's, and where a lesson's fold is
+TEMPLATES = Path(__file__).parent / "templates"  # the feedback page's template (feedback_page) and its macros
+NBGRADER_TEMPLATES = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates"
 # Characters markdown would read as markup, written as entities so that a message shows as it is (html.escape does
 # &, <, >): a table's column bar, emphasis, code, links, math, escapes.
 MARKDOWN_LITERAL = str.maketrans({c: f"&#{ord(c)};" for c in "|*_`[]$\\~#!"})
@@ -100,40 +118,83 @@ def shown(source: str) -> str:
     return HIDDEN.sub(NOTICE, source)
 
 
-def verdict(output, templates) -> NotebookNode:
+def verdict(output, templates, hidden: bool = True) -> NotebookNode:
     """A test's error, told without anything the kernel chose: a known exception name, the instructor's message."""
     ename = output.get("ename") if output.get("ename") in ERROR_NAMES else "Error"
     evalue = output.get("evalue") or ""
     shown = next((text for pattern, text in templates if pattern.fullmatch(evalue)), "" if not evalue else None)
-    shown = UNKNOWN_MESSAGE if shown is None else shown
+    shown = (UNKNOWN_MESSAGE if hidden else VISIBLE_UNKNOWN) if shown is None else shown
     return NotebookNode(output_type="error", ename=ename, evalue=shown, traceback=[f"{ename}: {shown}"])
 
 
-class HideHiddenTests(NbGraderPreprocessor):
+def kept_error(output) -> dict:
+    """A kernel's error as a page may show it: the kernel's own words, each line and the number of lines bounded."""
+    def cut(text) -> str:
+        text = str(text or "")
+        return text if len(text) <= ERROR_CHARS else text[:ERROR_CHARS - 1] + "…"
+
+    lines = [cut(line) for line in (output.get("traceback") or [])[-TRACEBACK_LINES:]]
+    return {"ename": cut(output.get("ename"))[:200], "evalue": cut(output.get("evalue")), "traceback": lines}
+
+
+def time_limit(config) -> int | None:
+    """The seconds a cell may run in grading, as the course's execute step reads its configuration."""
+    return GuardedExecute(config=config).timeout
+
+
+def stopped(cell) -> bool:
+    """Whether nbgrader's execute step stopped this cell at the time limit."""
+    return any(o.get("output_type") == "error" and o.get("ename") == TIMED_OUT for o in cell.get("outputs", []))
+
+
+def stopped_at(limit) -> NotebookNode:
+    return error_output(TIMED_OUT, f"this cell ran past the {limit} s time limit and was stopped")
+
+
+class HideHiddenTests(Step):
     """Feedback preprocessor: hidden test code out, and no output made after the first hidden test but verdicts."""
 
     def preprocess(self, nb, resources):
         nb.metadata.pop("widgets", None)  # widget state can hold output made at any time
-        grader_verdicts = nb.metadata.get(FINDINGS, {}).get("verdicts", {})
+        findings = nb.metadata.get(FINDINGS, {})
+        grader_verdicts, visible_run = findings.get("verdicts", {}), findings.get(VISIBLE_RUN, {})
         hidden = [i for i, cell in enumerate(nb.cells) if is_test(cell) and HIDDEN.search(cell.source)]
         first = hidden[0] if hidden else len(nb.cells)
+        limit = time_limit(self.config)
         for i, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
                 continue
             source = cell.source
             cell.source = shown(source)
             if i < first:
+                if stopped(cell):  # the limit said first; the kernel's traceback after it shows where it was
+                    cell.outputs = [stopped_at(limit)] + [o for o in cell.outputs if o.get("ename") != TIMED_OUT]
                 continue
             if cell.id in grader_verdicts:  # the grader's own message (TestsTampered, GradingStopped)
                 ename, _, evalue = grader_verdicts[cell.id].partition(": ")
                 cell.outputs = [NotebookNode(output_type="error", ename=ename, evalue=evalue,
                                              traceback=[grader_verdicts[cell.id]])]
+            elif stopped(cell):
+                cell.outputs = [stopped_at(limit)]
             elif is_test(cell):  # one verdict: a kernel can send a cell more errors than it raised
                 errors = [o for o in cell.outputs if o.get("output_type") == "error"]
-                cell.outputs = [verdict(errors[0], message_templates(source))] if errors else []
+                visible = not HIDDEN.search(source)
+                if errors and visible and cell.id in visible_run:  # the grader wrote it (kept_error), from a kernel
+                    own = NotebookNode(output_type="error", **kept_error(visible_run[cell.id]))  # without hidden tests
+                    cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=VISIBLE_RUN_NOTE), own]
+                else:
+                    cell.outputs = [verdict(errors[0], message_templates(source), hidden=not visible)] if errors else []
             elif cell.outputs:
                 cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=WITHHELD + "\n")]
         return nb, resources
+
+
+def wants_visible_run(graded, as_shown) -> list[str]:
+    """Ids of the visible test cells whose error the feedback shows without its message (it was raised after hidden
+    tests had run, and is none of the instructor's), from the graded notebook and HideHiddenTests' view of it: a run
+    without the hidden tests may tell it (grade_one.visible_errors)."""
+    return [cell.id for cell, seen in zip(graded.cells, as_shown.cells) if is_test(cell)
+            and not HIDDEN.search(cell.source) and any(o.get("evalue") == VISIBLE_UNKNOWN for o in seen.outputs)]
 
 
 def literal(text: str) -> str:
@@ -141,7 +202,7 @@ def literal(text: str) -> str:
     return html.escape(text, quote=False).translate(MARKDOWN_LITERAL)  # quote=True would write "&#x27;", with a #
 
 
-class ExerciseSummary(NbGraderPreprocessor):
+class ExerciseSummary(Step):
     """Feedback preprocessor, after GetGrades and HideHiddenTests: a first cell with each exercise's points and first
     failure, read from the cells as this feedback shows them (so it holds nothing the feedback hides)."""
 
@@ -160,7 +221,37 @@ class ExerciseSummary(NbGraderPreprocessor):
                 cell_id += "-"
             table = "\n".join(["## Your results, exercise by exercise", "",
                                "| exercise | points | first failure |", "|---|---|---|", *rows])
-            nb.cells.insert(0, NotebookNode(cell_type="markdown", id=cell_id, metadata={}, source=table))
+            nb.cells.insert(0, NotebookNode(cell_type="markdown", id=cell_id, metadata={PAGE: {"summary": True}},
+                                            source=table))
+        return nb, resources
+
+
+class FoldLessons(Step):
+    """Feedback preprocessor, after ExerciseSummary: each run of the lesson's cells marked to be folded away in the page
+    (templates/feedback_page draws a <details> around it). A lesson cell here is one that is neither graded, nor the
+    markdown cell stating an exercise (the last one above its answer), nor the summary, and shows no error."""
+
+    def preprocess(self, nb, resources):
+        statements = set()
+        for answer in answer_cells(nb):
+            at = next(i for i, cell in enumerate(nb.cells) if cell is answer)
+            above = next((c for c in reversed(nb.cells[:at]) if grading(c) or c.cell_type == "markdown"), None)
+            if above is not None and not grading(above):
+                statements.add(id(above))
+
+        def lesson(cell) -> bool:
+            return not (grading(cell) or id(cell) in statements or cell.metadata.get(PAGE, {}).get("summary")
+                        or any(o.get("output_type") == "error" for o in cell.get("outputs", [])))
+
+        run = []
+        for cell in [*nb.cells, None]:
+            if cell is not None and lesson(cell):
+                run.append(cell)
+                continue
+            if run:
+                run[0].metadata.setdefault(PAGE, {})["opens"] = len(run)
+                run[-1].metadata.setdefault(PAGE, {})["closes"] = True
+            run = []
         return nb, resources
 
 
@@ -220,6 +311,17 @@ class FeedbackPage(HTMLExporter):
     classes that pass makes focusable; its one change left, an alt text on images without one, is made on the text."""
 
     kept_markdown: dict[tuple, str] = {}  # a lesson's markdown cells, alike in every hand-in: as KeptHighlight's code
+
+    @default("extra_loaders")
+    def _nbgraders_templates(self):
+        # feedback_page extends nbgrader's feedback page, by the name nbgrader/feedback/index.html.j2 (by its own name,
+        # index.html.j2, the search would find feedback_page's first)
+        return [PrefixLoader({"nbgrader": FileSystemLoader(NBGRADER_TEMPLATES)})]
+
+    @validate("extra_template_basedirs")
+    def _with_ours(self, proposal):
+        """Our templates' folder beside those configured (nbgrader's, where feedback_page's base is)."""
+        return [*proposal["value"], *([str(TEMPLATES)] if str(TEMPLATES) not in proposal["value"] else [])]
 
     def _create_environment(self):
         environment = super()._create_environment()

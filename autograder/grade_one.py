@@ -15,7 +15,7 @@ import signal
 import tempfile
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import nbformat
@@ -27,9 +27,12 @@ from nbgrader.utils import parse_utc
 from sqlalchemy.exc import SAWarning
 from traitlets.config import Config
 
+from torchcourse.check import HIDDEN, answer_cells
+
 from . import gradebook, handin, notebook, processes, reference
-from .execute import GuardedExecute, is_test
-from .feedback import HideHiddenTests, message_templates, shown
+from .execute import FINDINGS, GuardedExecute, is_test
+from .feedback import (ERROR_NAMES, TIMED_OUT, VISIBLE_RUN, HideHiddenTests, kept_error, message_templates, shown,
+                       wants_visible_run)
 from .integrity import parsed
 from .judge import as_graded
 from .kernel import UNFENCED_WARNING
@@ -182,7 +185,7 @@ def autograde(job: Job, nb, skip: dict[int, str], lessons: set[str],
         if execute.lost is None:  # a step raised on this hand-in: its row says so (run)
             raise converter.failure or RuntimeError("nbgrader's autograde failed") from None
         return execute, (f"ran out of memory (the limit is {execute.memory_gib:g} GiB)" if execute.out_of_memory
-                         else lost_kernel_reason(execute.lost, execute.kernel_exit))
+                         else lost_kernel_reason(execute.lost, execute.kernel_exit, execute.timeout))
 
 
 def full_disk(job: Job, error: BaseException) -> str | None:
@@ -201,10 +204,12 @@ def full_disk(job: Job, error: BaseException) -> str | None:
     return None
 
 
-def lost_kernel_reason(lost: str, code: int | None) -> str:
-    """How a cell lost its kernel, in words: `lost` is "timeout" or "died", `code` the kernel's exit status if known."""
+def lost_kernel_reason(lost: str, code: int | None, timeout: int | None = None) -> str:
+    """How a cell lost its kernel, in words: `lost` is "timeout" or "died", `code` the kernel's exit status if known,
+    `timeout` the seconds a cell may run."""
     if code is None:
-        return ("kept running after the time limit and could not be interrupted (does it catch KeyboardInterrupt?)"
+        limit = f"the {timeout} s time limit" if timeout else "the time limit"
+        return (f"kept running after {limit} and could not be interrupted (does it catch KeyboardInterrupt?)"
                 if lost == "timeout" else "made the kernel die")
     signal_number = -code if code < 0 else code - 128 if code > 128 else None  # bwrap reports a signal as 128 + N
     if signal_number:
@@ -213,16 +218,26 @@ def lost_kernel_reason(lost: str, code: int | None) -> str:
 
 
 def problems_in(nb, timeout: int, memory_gib: float | None) -> list[tuple[str, str]]:
-    """(status, sentence) for each cell that ran out of memory or was stopped at the time limit, in order."""
-    found = []
+    """(status, sentence) for each cell that ran out of memory or was stopped at the time limit, in order; the test
+    cells not run because a test of their exercise was stopped are named together, last."""
+    from .execute import SKIPPED  # imported here: the rest of this module is another change's
+
+    found, skipped = [], []
     for i, cell in enumerate(nb.cells):
+        names = [o.get("ename") for o in cell.get("outputs", []) if o.get("output_type") == "error"]
         errors = " ".join(f"{o.get('ename')}: {o.get('evalue')}" for o in cell.get("outputs", [])
                           if o.get("output_type") == "error")
         if "MemoryError" in errors or "can't allocate memory" in errors or "not enough memory" in errors:
             limit = f" (the limit is {memory_gib:g} GiB)" if memory_gib else ""
             found.append(("crashed", f"{cell_name(nb, i)} ran out of memory{limit}"))
+        elif SKIPPED in names:
+            skipped.append(cell_name(nb, i))
         elif "CellTimeoutError" in errors:
             found.append(("timeout", f"{cell_name(nb, i)} ran past the {timeout} s limit and was stopped"))
+    if skipped:
+        found.append(("timeout", f"{' and '.join(skipped)} {'was' if len(skipped) == 1 else 'were'} not run (0 points): "
+                                 "a test of the same exercise had run past the time limit, and "
+                                 f"{'it' if len(skipped) == 1 else 'each'} would have waited as long again"))
     return found
 
 
@@ -230,7 +245,7 @@ def scores(job: Job, graded) -> tuple[dict, dict, float, float]:
     """Grades and automatic comments from the scratch gradebook, with each graded cell's first failure as the feedback
     shows it (from the first hidden test on, the kernel's own words are not shown: they could quote hidden tests, and
     the messages reach report.html); seconds late and the late penalty."""
-    as_shown, _ = HideHiddenTests().preprocess(copy.deepcopy(graded), {})
+    as_shown, _ = HideHiddenTests(config=course_config(job, Path(job.scratch))).preprocess(copy.deepcopy(graded), {})
     failures = {gid: notebook.first_failure([cell]) for cell in as_shown.cells if (gid := notebook.grade_id(cell))}
     with Gradebook(f"sqlite:///{job.scratch}/gradebook.db") as gb:
         submitted = gb.find_submission_notebook(Path(job.notebook).stem, job.assignment, job.student_id)
@@ -241,6 +256,62 @@ def scores(job: Job, graded) -> tuple[dict, dict, float, float]:
         late = float(gb.find_submission(job.assignment, job.student_id).total_seconds_late)
         penalty = float(submitted.late_submission_penalty or 0)
     return cells, comments, late, penalty
+
+
+def answers_said(graded, release) -> list[str]:
+    """What the row says of the answers left as released, and of those whose own cell raised when it ran (by the
+    error's kind, as the feedback names it: the kernel's words could quote a hidden test); a cell stopped at the time
+    limit or by the grader is said elsewhere (problems_in, grade)."""
+    released = {notebook.grade_id(cell): cell.source for cell in answer_cells(release)}
+    verdicts = graded.metadata.get(FINDINGS, {}).get("verdicts", {})
+    untouched, said = [], []
+    for cell in answer_cells(graded):
+        gid = notebook.grade_id(cell)
+        errors = [o.get("ename") for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        if cell.source == released.get(gid):
+            untouched.append(gid)
+        elif errors and TIMED_OUT not in errors and cell.id not in verdicts:
+            kind = errors[0] if errors[0] in ERROR_NAMES else "an error"
+            said.append(f"{gid}'s cell raised {kind} when it ran")
+    if untouched:
+        said.insert(0, f"{' and '.join(untouched)} not answered (as released)")
+    return said
+
+
+def visible_errors(job: Job, nb, graded, skip: dict[int, str], lessons: set[str]) -> dict[str, dict]:
+    """The own errors of visible tests whose message the feedback cannot show (raised after hidden tests had run, and
+    none of the instructor's), as a second run of the same notebook without the hidden tests raised them: its kernel
+    never holds a hidden test, so what it says may be shown (feedback.py). Only where there is such a test; the run
+    leaves out the hidden test cells, the cells the graded run stopped or the grader ruled on, and every cell after
+    the last such test. A run that fails gives nothing: the feedback then says why it shows no message."""
+    as_shown, _ = HideHiddenTests(config=course_config(job, Path(job.scratch))).preprocess(copy.deepcopy(graded), {})
+    wanted = set(wants_visible_run(graded, as_shown))
+    if not wanted:
+        return {}
+    verdicts = graded.metadata.get(FINDINGS, {}).get("verdicts", {})
+    last = max(i for i, cell in enumerate(graded.cells) if cell.id in wanted)
+    left_out = {i: "not run: a run without the hidden tests, for the visible tests' own messages"
+                for i, cell in enumerate(graded.cells) if cell.cell_type == "code" and (
+                    i > last or cell.id in verdicts or any(o.get("ename") == TIMED_OUT for o in cell.outputs)
+                    or (is_test(cell) and HIDDEN.search(cell.source)))}
+    second = replace(job, scratch=f"{job.scratch}-visible")
+    try:
+        execute, lost = autograde(second, nb, {**left_out, **skip}, lessons)
+        ran = nbformat.read(Path(second.scratch) / "autograded" / job.student_id / job.assignment / job.notebook, 4)
+    except Exception:  # the graded run's row and feedback stand; the feedback shows no message for these tests
+        logging.exception("the run without hidden tests failed")
+        return {}
+    finally:
+        processes.stop_descendants(os.getpid())
+        shutil.rmtree(second.scratch, ignore_errors=True)
+    if lost:
+        logging.warning("the run without hidden tests stopped: %s", lost)
+    found = {}
+    for cell in ran.cells:
+        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        if cell.id in wanted and errors and errors[0].get("ename") != TIMED_OUT and cell.id not in execute.verdicts:
+            found[cell.id] = kept_error(errors[0])
+    return found
 
 
 def feedback(job: Job) -> None:
@@ -301,7 +372,9 @@ def read_handin(job: Job, data: bytes, release):
     found = handin.sources(handin.load(data), release)
     handin.check(found, job.assignment, release, {k: set(v) for k, v in job.others.items()})
     logging.info("autograder: %s", handin.dropped(found))
-    return handin.build(found, release), handin.notes(found, release)
+    # the gradebook's test cells (hidden tests in): nbgrader's OverwriteCells then finds nothing changed to warn of
+    tests = handin.instructor_tests(f"sqlite:///{job.template}/gradebook.db", job.assignment, Path(job.notebook).stem)
+    return handin.build(found, release, tests), handin.notes(found, release)
 
 
 def grade(job: Job) -> Result:
@@ -339,6 +412,12 @@ def grade(job: Job) -> Result:
         n = execute.left_running
         notes.append(f"the notebook left {n} process{'es' if n > 1 else ''} running after grading; "
                      f"{'they were' if n > 1 else 'it was'} stopped")
+    notes += answers_said(graded, release)
+    clock["a run without hidden tests, for visible tests' messages"] = time.perf_counter()
+    if own := visible_errors(job, nb, graded, skip, lessons):
+        graded.metadata.setdefault(FINDINGS, {})[VISIBLE_RUN] = own
+        replace_file(Path(job.scratch) / "autograded" / job.student_id / job.assignment / job.notebook,
+                     content=nbformat.writes(graded).encode())
     clock["scores from the gradebook"] = time.perf_counter()
     cells, comments, late, penalty = scores(job, graded)
     clock["feedback"] = time.perf_counter()

@@ -149,7 +149,8 @@ def write_rows(cd: CourseDirectory, config: Config, assignment: str, notebook: s
         for r in rows:
             sid = r["student_id"]
             given = r.get("given_id") or sid  # the LMS's own id, where it fits nbgrader's column
-            gb.update_or_create_student(sid, **({"lms_user_id": given} if len(given) <= 128 else {}))
+            student = gb.update_or_create_student(sid, **({"lms_user_id": given} if len(given) <= 128 else {}))
+            name_student(student, r)
             when = {"timestamp": t} if (t := time_of(r.get("timestamp", ""))) else {}
             submission = gb.update_or_create_submission(assignment, sid, **when)
             nb = gb.find_submission_notebook(stem, assignment, sid)
@@ -174,14 +175,23 @@ def write_rows(cd: CourseDirectory, config: Config, assignment: str, notebook: s
     return seen
 
 
+def name_student(student, r: dict) -> None:
+    """The student's name as the LMS's zip gave it, into the gradebook (as `nbgrader db student add --first-name
+    --last-name` would), where the gradebook has none: a name already there, an instructor's or an earlier zip's, is
+    kept. "" rather than None for a part not given: formgrader shows None as "None"."""
+    if not (student.first_name or student.last_name) and (r.get("first_name") or r.get("last_name")):
+        student.first_name, student.last_name = r.get("first_name", ""), r.get("last_name", "")
+
+
 def as_recorded(r: dict, nb, submission) -> dict:
-    """A row as the gradebook has it: scores entered by hand win, late penalty taken off."""
+    """A row as the gradebook has it: scores entered by hand win, late penalty taken off, the student's name."""
     cells = {g.name: {**r["cells"].get(g.name, {}), "score": float(g.score), "max_score": float(g.max_score),
                       "needs_manual_grade": bool(g.needs_manual_grade), "by_hand": g.manual_score is not None}
              for g in nb.grades}
     penalty = float(nb.late_submission_penalty or 0)
     return {**r, "cells": cells, "score": float(nb.score) - penalty, "max_score": float(nb.max_score),
-            "late_penalty": penalty, "seconds_late": float(submission.total_seconds_late)}
+            "late_penalty": penalty, "seconds_late": float(submission.total_seconds_late),
+            "first_name": submission.student.first_name or "", "last_name": submission.student.last_name or ""}
 
 
 def copy_files(cd: CourseDirectory, assignment: str, notebook: str, r: dict, out: Path) -> None:

@@ -10,7 +10,9 @@ read a field a student wrote:
     keeps ids of its own), by its text and its place among the lesson cells (difflib's alignment of the two);
   - code and markdown cells the student added, without metadata, outputs or attachments, after the cell they
     followed in the hand-in.
-Test cells are the release's, whatever the hand-in holds (nbgrader's OverwriteCells puts the hidden tests back).
+Test cells are the instructor's, whatever the hand-in holds: the text the gradebook keeps (hidden tests in it), where
+the grading gives it (`instructor_tests`), so that nbgrader's OverwriteCells, which puts that text back into a cell
+that differs, finds nothing to change and its warnings in a log mean that something was.
 Outputs are never carried: the grading makes its own. `Invalid` says, in a student's words, why a file cannot be read.
 """
 
@@ -22,6 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import nbformat
+from nbgrader.api import Gradebook
 
 from torchcourse.check import grading
 
@@ -198,9 +201,20 @@ def check(found: Sources, assignment: str, release, others: dict[str, set[str]])
                       "not a hand-in; a human should look")
 
 
-def build(found: Sources, release):
-    """The notebook to grade: the release, each cell with the hand-in's text where it may have changed, and the
-    student's own cells after the cell they followed (before the first, those that came first)."""
+def instructor_tests(db_url: str, assignment: str, notebook: str) -> dict[str, str]:
+    """grade_id -> text of each test cell as the gradebook keeps it (hidden tests in it): what OverwriteCells compares
+    a graded notebook's locked cells with. `notebook`: the notebook's name without .ipynb."""
+    with Gradebook(db_url) as gb:
+        nb = gb.find_notebook(notebook, assignment)
+        tests = {cell.name for cell in nb.grade_cells} - {cell.name for cell in nb.solution_cells}
+        return {cell.name: cell.source for cell in nb.source_cells if cell.name in tests}
+
+
+def build(found: Sources, release, tests: dict[str, str] | None = None):
+    """The notebook to grade: the release, each cell with the hand-in's text where it may have changed, its test cells
+    with the instructor's `tests` (grade_id -> text, from `instructor_tests`) where given, and the student's own cells
+    after the cell they followed (before the first, those that came first)."""
+    tests = tests or {}
     nb = copy.deepcopy(release)
     after: dict[str | None, list] = {}
     for k, (anchor, kind, text) in enumerate(found.added):
@@ -211,6 +225,8 @@ def build(found: Sources, release):
         gid = grading(cell).get("grade_id")
         if gid in found.answers:
             cell.source = found.answers[gid]
+        elif gid in tests:
+            cell.source = tests[gid]
         elif cell.id in found.lessons:
             cell.source = found.lessons[cell.id]
         cells.append(cell)

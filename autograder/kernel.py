@@ -35,6 +35,10 @@ WARM_MODULES = ("numpy", "torch._dynamo", "ipywidgets", "torch.distributed", "to
 SANDBOX = Path(__file__).with_name("sandbox.py")
 # What the kernel may know of the grader's environment; everything else (passwords, tokens, paths) stays out.
 PASSED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NBGRADER_EXECUTION", "CUDA_VISIBLE_DEVICES")
+# What the kernel is told besides: ipykernel takes a kernel without a parent for one started by hand (`ipython kernel`)
+# and prints "Ctrl-C will not work" into every log. In the sandbox its parent is PID 1 of its namespace, which ipykernel
+# knows never goes away: it does not poll it (nor did it before, told nothing). The grader interrupts it by message.
+KERNEL_ENV = ("JPY_PARENT_PID=1",)
 UNFENCED_WARNING = ("UNFENCED: this kernel runs without the sandbox (--unfenced); student code can read, change and "
                     "signal everything the grader's user can")
 SANDBOX_OWN_PROCESSES = 2  # in a kernel's cgroup besides the kernel's own: bwrap's two, or a warm child and its PID 1
@@ -67,6 +71,11 @@ def require_sandbox(bwrap: str = "bwrap") -> None:
             f"student code cannot be sandboxed on this machine: {problem}. Install bubblewrap (Debian, Ubuntu: "
             "apt install bubblewrap), or grade without a sandbox, knowing that student code then runs with your "
             "permissions: --unfenced (make grade ARGS=--unfenced), or SandboxedKernelManager.unfenced = True")
+
+
+def passed_env() -> list[str]:
+    """NAME=VALUE of the kernel's environment besides the sandbox's own: the grader's that it may know, and ours."""
+    return [*(f"{name}={os.environ[name]}" for name in PASSED_ENV if name in os.environ), *KERNEL_ENV]
 
 
 def not_folders(paths: list[str]) -> list[str]:
@@ -181,8 +190,7 @@ class SandboxedKernelManager(AsyncKernelManager):
                 f"--memory={int(self.memory_gib * 2**30)}", f"--processes={self.processes}",
                 f"--scratch={self.scratch_mib << 20}", f"--inodes={self.scratch_inodes}",
                 *[f"--read-only={p}" for p in self.environment_read_only()],
-                *[f"--env={name}={os.environ[name]}" for name in PASSED_ENV if name in os.environ],
-                *(["--unfenced"] if self.unfenced else [])]
+                *[f"--env={pair}" for pair in passed_env()], *(["--unfenced"] if self.unfenced else [])]
 
     def limits_in_force(self) -> str:
         """What bounds this kernel, and what counts it, for the grading's log."""
@@ -374,8 +382,7 @@ class WarmProvisioner(LocalProvisioner):
                  "work": sandbox.WORK, "files": files, "memory": int(km.memory_gib * 2**30),
                  "processes": km.processes, "scratch": km.scratch_mib << 20, "inodes": km.scratch_inodes,
                  "cgroups": len(cgroups),
-                 "env": sandbox.environment([f"{n}={os.environ[n]}" for n in PASSED_ENV if n in os.environ],
-                                            sandbox.HOME, "/tmp")}
+                 "env": sandbox.environment(passed_env(), sandbox.HOME, "/tmp")}
         try:
             if len(fds) > 250:  # what one message may carry
                 raise ValueError("more than 250 files beside the notebook")

@@ -2,8 +2,9 @@
 
 The scores are `nbgrader export`'s (nbgrader/plugins/export.py, CsvExportPlugin): every student in the gradebook, with
 their submission's score (a score entered by hand wins over the autograder's) less its late penalty, never below 0;
-0 for a student with no submission. Each student goes by the id the LMS knows them by: the one `grade --pattern` read
-from the LMS's zip, which the batch keeps as the student's lms_user_id (gradebook.py), else their nbgrader id.
+0 for a student with no submission. Each student goes by the id the LMS knows them by: the one `grade` read from the
+LMS's zip (its layout recognised, or --pattern), which the batch keeps as the student's lms_user_id (gradebook.py),
+else their nbgrader id; and by the name the gradebook has for them (from the zip's names, or an instructor's).
 
 Canvas (Grades > Import). We rely on its importer, app/models/gradebook_importer.rb in instructure/canvas-lms, and on
 Canvas's guide "How do I import grades in the Gradebook?": the header must open with "Student" and "ID", may go on
@@ -12,17 +13,17 @@ update_column_count); a row is matched by its ID, the Canvas user id, then by th
 (process_student); a column headed "Title (id)" is that assignment, another is the assignment of that title or a new
 one (parse_assignments, Assignment.title_and_id); a row opening with "Points Possible" gives a new assignment its
 points (process_pp). Canvas's "Download submissions" zip names each file <lastfirst>_[LATE_]<user id>_<file id>_<name>
-(lib/content_zipper.rb, get_filename): CANVAS_PATTERN reads the user id from it.
+(lib/content_zipper.rb, get_filename): CANVAS_PATTERN (collect.py) reads the user id from it.
 
 Moodle (the assignment's "Upload grading worksheet"). Its importer, assignfeedback_offline in moodle/moodle
 (mod/assign/feedback/offline/importgradeslib.php, and process_import_grades in its locallib.php), finds its columns by
 their names in the uploader's language (English here): "Identifier", "Grade" and "Last modified (grade)", and each
 feedback plugin's own. An Identifier is "Participant " and the participant id, which Moodle's download-all zip puts in
 each student's folder name, <Full name>_<participant id>_assignsubmission_file_/ (mod/assign/locallib.php,
-download_submissions): MOODLE_PATTERN reads it. A row is skipped where the grade in Moodle changed more than 60 s after
-the row's "Last modified (grade)" (unless the upload form allows it: we write the time of the export), where the grade
-is above the assignment's maximum grade in Moodle, or equal to the one there. The worksheet's "Feedback comments"
-column is left out: an empty one would erase comments written in Moodle.
+download_submissions): MOODLE_PATTERN (collect.py) reads it. A row is skipped where the grade in Moodle changed more
+than 60 s after the row's "Last modified (grade)" (unless the upload form allows it: we write the time of the export),
+where the grade is above the assignment's maximum grade in Moodle, or equal to the one there. The worksheet's
+"Feedback comments" column is left out: an empty one would erase comments written in Moodle.
 """
 
 import csv
@@ -37,11 +38,9 @@ from sqlalchemy.engine import make_url
 
 from . import config as course_config, gradebook
 from .batch import enter, resolve
+from .collect import CANVAS_PATTERN, MOODLE_PATTERN  # noqa: F401  (each LMS's zip layout, which `grade` recognises)
 from .results import spreadsheet_safe
 
-# --pattern for each LMS's zip of hand-ins: the group student_id is the id its gradebook import matches rows by
-CANVAS_PATTERN = r"^[^_/]+_(?:LATE_)?(?P<student_id>\d+)_\d+_"
-MOODLE_PATTERN = r"^[^_/]+_(?P<student_id>\d+)_assignsubmission_file_"
 LMS = ("canvas", "moodle")
 CANVAS_STUDENT_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 MOODLE_COLUMNS = ["Identifier", "Full name", "Email address", "Status", "Grade", "Maximum Grade",
@@ -52,7 +51,7 @@ MOODLE_COLUMNS = ["Identifier", "Full name", "Email address", "Status", "Grade",
 class Grade:
     """One student's grade on the assignment, as `nbgrader export` computes it."""
     student_id: str  # nbgrader's
-    lms_id: str  # the LMS's, from the zip --pattern read (the nbgrader id where there is none)
+    lms_id: str  # the LMS's, read from its zip (the nbgrader id where there is none)
     first_name: str
     last_name: str
     email: str
@@ -131,6 +130,6 @@ def export(assignment: str, lms: str, out: Path | None, course: Path, title: str
     name, unknown = lms.capitalize(), sorted(g.student_id for g in found if not g.lms_id.isdigit())
     print(f"{len(found)} students' grades on {assignment} for {name}: {out}", file=sys.stderr)
     if unknown:  # both LMSs number their users: an id that is no number came from elsewhere (the exchange, a folder)
-        print(f"{len(unknown)} without a {name} id from a zip's --pattern, whose rows {name} will not match: "
+        print(f"{len(unknown)} without a {name} id read from {name}'s zip, whose rows {name} will not match: "
               f"{', '.join(unknown)}", file=sys.stderr)
     return out

@@ -15,13 +15,20 @@ import nbformat
 
 from torchcourse.check import answer_cells, grading, test_cells
 
+from .execute import SKIPPED
 from .feedback import PAGE_POLICY
 from .notebook import exercise_name
-from .results import STATUSES, shown_id
+from .results import STATUSES, formgraders_mean, full_name, shown_id
+from .similarity import clusters
 
 TOP_FAILURES = 5  # failure messages listed per exercise
 SLOWEST = 5  # hand-ins listed by grading time
-SIMILAR_SHOWN = 20  # pairs of similar answers shown per exercise, highest score first (the rest are counted)
+SIMILAR_SHOWN = 20  # clusters of similar answers shown per exercise, closest first (the rest are counted)
+# A test's error that says nothing of the answer but how its run ended, as the group it is listed under: the time
+# limit's (the kernel's KeyboardInterrupt when interrupted, nbgrader's CellTimeoutError, a test not run after another
+# of its exercise was stopped) and an answer left as released (its stub raises a bare NotImplementedError).
+TIMED_OUT = "stopped at the time limit (or not run, as another test of the exercise was)"
+NOT_ATTEMPTED = "not attempted (the answer raises NotImplementedError, as released)"
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 60em; color: #222; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; }
@@ -41,6 +48,23 @@ mark { background: #ffd966; }
 def text(value) -> str:
     """Anything from a hand-in (an id, a message), as HTML text that cannot open a tag."""
     return html.escape(str(value), quote=True)
+
+
+def who_is(row: dict) -> str:
+    """A student as the report names them: the id as given, with their name where one is known."""
+    name = full_name(row)
+    return f"{shown_id(row)} ({name})" if name else shown_id(row)
+
+
+def failure_group(message: str) -> str:
+    """The group a failing test's message is listed under: the message itself, or what a time-out's or an unanswered
+    exercise's bare error means."""
+    ename, _, evalue = message.partition(":")
+    if ename in ("KeyboardInterrupt", "CellTimeoutError", SKIPPED):
+        return TIMED_OUT
+    if ename == "NotImplementedError" and not evalue.strip():
+        return NOT_ATTEMPTED
+    return message
 
 
 def students(n: int) -> str:
@@ -98,7 +122,7 @@ def status_table(rows: list[dict]) -> str:
     """Counts by status, with the students behind each."""
     lines = ['<table class="statuses"><tr><th>status</th><th>students</th><th>who</th></tr>']
     for status in STATUSES:
-        who = sorted(shown_id(r) for r in rows if r["status"] == status)
+        who = sorted(who_is(r) for r in rows if r["status"] == status)
         if who:
             lines.append(f'<tr data-status="{status}" data-count="{len(who)}"><td>{status}</td>'
                          f'<td class="number">{len(who)}</td><td>{", ".join(text(s) for s in who)}</td></tr>')
@@ -110,17 +134,23 @@ def exercise_section(gid: str, name: str, tests: list[str], best: float, rows: l
     points = [points_on(r, tests) for r in rows]
     kinds = Counter("full" if p >= best else "none" if p <= 0 else "partial" for p in points)
     full, partial, none = kinds["full"], kinds["partial"], kinds["none"]
-    failures = Counter(message for r in rows for message in
-                       {r.get("cells", {}).get(t, {}).get("message", "") for t in tests} if message)  # once a student
-    top = sorted(failures.items(), key=lambda item: (-item[1], item[0]))[:TOP_FAILURES]
-    listed = "\n".join(f'<li data-count="{n}"><code>{text(message)}</code> ({students(n)})</li>'
-                       for message, n in top)
+    failures: dict[str, set[str]] = {}  # group -> the students behind it, each once however many tests it failed
+    for r in rows:
+        for t in tests:
+            if message := r.get("cells", {}).get(t, {}).get("message", ""):
+                failures.setdefault(failure_group(message), set()).add(who_is(r))
+    groups = sorted(failures.items(), key=lambda item: (-len(item[1]), item[0]))
+    top, rest = groups[:TOP_FAILURES], groups[TOP_FAILURES:]
+    listed = "\n".join(f'<li data-count="{len(who)}"><code>{text(message)}</code> ({students(len(who))}: '
+                       f'{", ".join(text(w) for w in sorted(who))})</li>' for message, who in top)
+    more = (f"<p>and {len(rest)} other message{'' if len(rest) == 1 else 's'}, each from as many students or fewer "
+            "(grades.csv has every test's)</p>\n" if rest else "")
     return (f'<section class="exercise" data-exercise="{text(gid)}" data-full="{full}" data-partial="{partial}" '
             f'data-none="{none}" data-students="{len(rows)}">\n<h3>{text(name)}</h3>\n'
             f'<figure class="distribution">{distribution_svg(f"report-{gid}", points, best)}'
             f"<figcaption>students by points on {text(gid)}</figcaption></figure>\n"
             f"<p>full marks {full}, partial {partial}, none {none} (of {students(len(rows))}; {best:g} points)</p>\n"
-            + (f'<h4>most common failures</h4>\n<ol class="failures">\n{listed}\n</ol>\n' if top
+            + (f'<h4>most common failures</h4>\n<ol class="failures">\n{listed}\n</ol>\n{more}' if top
                else "<p>no test of this exercise failed</p>\n") + "</section>")
 
 
@@ -137,23 +167,37 @@ def similar_pair(pair, who: dict[str, str]) -> str:
             f'{pair.marked[0]}</pre></td><td><pre class="answer">{pair.marked[1]}</pre></td></tr></table>\n</div>')
 
 
+def similar_cluster(cluster, who: dict[str, str]) -> str:
+    """A cluster of students whose answers are similar: who, its closest pair side by side, its other pairs listed."""
+    others = ", ".join(f'<span data-score="{p.score:.2f}">{text(who[p.students[0]])} and {text(who[p.students[1]])} '
+                       f"{percent(p.score)}</span>" for p in cluster.pairs[1:])
+    return (f'<div class="cluster" data-students="{len(cluster.students)}" data-pairs="{len(cluster.pairs)}">\n'
+            f"<p>{students(len(cluster.students))}: {', '.join(text(who[s]) for s in cluster.students)}; "
+            f"the closest pair:</p>\n{similar_pair(cluster.pairs[0], who)}\n"
+            + (f'<p class="pairs">The other pairs of this cluster: {others}.</p>\n' if others else "")
+            + "</div>")
+
+
 def similar_section(found, name: str, who: dict[str, str], threshold: float) -> str:
-    """One exercise's pairs of similar answers, or one line saying there are none."""
+    """One exercise's similar answers, in clusters, or one line saying there are none."""
     counted = (f"{found.answers} answers ({found.short} too short to judge; passages in more than {found.common} "
                "answers left out)")
     above = f"above {percent(threshold)}"
-    shown = found.pairs[:SIMILAR_SHOWN]
-    said = (f"<p>{counted}: {len(found.pairs)} pair{'' if len(found.pairs) == 1 else 's'} {above}"
-            + (f", the {len(shown)} highest shown" if len(shown) < len(found.pairs) else "") + ".</p>"
+    grouped = clusters(found.pairs)
+    shown = grouped[:SIMILAR_SHOWN]
+    said = (f"<p>{counted}: {len(found.pairs)} pair{'' if len(found.pairs) == 1 else 's'} {above}, in "
+            f"{len(grouped)} cluster{'' if len(grouped) == 1 else 's'} (students similar to one another, directly "
+            "or through others)" + (f", the {len(shown)} closest shown" if len(shown) < len(grouped) else "") + ".</p>"
             if found.pairs else f"<p>{counted}: no pair {above}.</p>")
     return (f'<section class="similar" data-exercise="{text(found.grade_id)}" data-pairs="{len(found.pairs)}" '
-            f'data-answers="{found.answers}" data-short="{found.short}">\n<h3>{text(name)}</h3>\n{said}\n'
-            + "".join(similar_pair(pair, who) + "\n" for pair in shown) + "</section>")
+            f'data-answers="{found.answers}" data-short="{found.short}" data-clusters="{len(grouped)}">\n'
+            f"<h3>{text(name)}</h3>\n{said}\n"
+            + "".join(similar_cluster(cluster, who) + "\n" for cluster in shown) + "</section>")
 
 
 def similar_answers(findings, rows: list[dict], names: dict[str, str]) -> list[str]:
-    """The "Similar answers" part of the page: how answers were compared, then each exercise's pairs."""
-    settings, who = findings.settings, {r["student_id"]: shown_id(r) for r in rows}
+    """The "Similar answers" part of the page: how answers were compared, then each exercise's clusters."""
+    settings, who = findings.settings, {r["student_id"]: who_is(r) for r in rows}
     if findings.problem:
         return ["<h2>Similar answers</h2>", f'<p class="left-out">{text(findings.problem)}</p>']
     left_out = ([f'<p class="left-out" data-count="{len(findings.left_out)}">Not compared: the notebook of '
@@ -174,21 +218,27 @@ def slowest_table(rows: list[dict]) -> str:
     slow = sorted(rows, key=lambda r: (-r.get("seconds", 0), r["student_id"]))[:SLOWEST]
     lines = ['<table class="slowest"><tr><th>student</th><th>status</th><th>grading (s)</th>'
              "<th>running its cells (s)</th></tr>"]
-    lines += [f"<tr><td>{text(shown_id(r))}</td><td>{text(r['status'])}</td>"
+    lines += [f"<tr><td>{text(who_is(r))}</td><td>{text(r['status'])}</td>"
               f'<td class="number">{r.get("seconds", 0):.1f}</td>'
               f'<td class="number">{r.get("execute_seconds", 0):.1f}</td></tr>' for r in slow]
     return "\n".join(lines + ["</table>"])
 
 
 def summary(rows: list[dict]) -> str:
-    """The class in a sentence: students, mean score of the graded, late hand-ins."""
-    graded = [r for r in rows if r["status"] == "graded"]
-    mean = (f"{sum(r['score'] for r in graded) / len(graded):.2f} of {max(r['max_score'] for r in graded):g} points"
-            if graded else "-")
+    """The class in a sentence: students, the mean score as formgrader computes it, late hand-ins."""
     late = sorted((r for r in rows if r.get("seconds_late", 0) > 0), key=lambda r: r["student_id"])
-    said = f"<p>{len(rows)} students; mean score of the {len(graded)} graded: {mean}.</p>"
+    said = f"<p>{students(len(rows))}"
+    if rows:
+        best, before = max(r["max_score"] for r in rows), formgraders_mean(rows)
+        penalised = sum(r.get("late_penalty", 0) for r in rows) > 0
+        said += (f"; mean score {before:.2f} of {best:g} points over all {len(rows)}, as formgrader's mean counts "
+                 "them (every student of this table with the points recorded for them: 0 for a missing or unreadable "
+                 "hand-in, a stopped one's other tests counted"
+                 + (f"; late penalties not taken off: {sum(r['score'] for r in rows) / len(rows):.2f} with them)"
+                    if penalised else ")"))
+    said += ".</p>"
     if late:
-        who = ", ".join(f"{text(shown_id(r))} (−{r.get('late_penalty', 0):g})" for r in late)
+        who = ", ".join(f"{text(who_is(r))} (−{r.get('late_penalty', 0):g})" for r in late)
         said += (f'\n<p class="late" data-count="{len(late)}">{len(late)} late, their scores with the late '
                  f"penalty taken off: {who}</p>")
     return said

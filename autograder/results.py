@@ -11,8 +11,8 @@ STATUSES = ("graded", "tampered", "timeout", "crashed", "invalid", "missing")  #
 NEEDS_REVIEW = ("tampered", "timeout", "crashed", "invalid")  # flagged for manual grading in the gradebook
 # What nbgrader's exchange keeps beside a hand-in: when it was submitted, and the secret its feedback is released under
 TIMESTAMP_FILE, SECRET_FILE = "timestamp.txt", "submission_secret.txt"
-FIXED_COLUMNS = ["student_id", "gradebook_id", "assignment", "notebook", "score", "max_score", "status", "message", "timestamp",
-                 "seconds_late", "late_penalty", "graded_by_hand"]
+FIXED_COLUMNS = ["student_id", "name", "gradebook_id", "assignment", "notebook", "score", "max_score", "status", "message",
+                 "timestamp", "seconds_late", "late_penalty", "graded_by_hand"]
 
 
 @dataclass(kw_only=True)
@@ -37,6 +37,8 @@ class Result:
     seconds_late: float = 0.0  # after the due date (the student's extension included) in the gradebook
     late_penalty: float = 0.0  # points the course's LateSubmissionPlugin took off
     given_id: str = ""  # the student's id as the LMS, folder or file gave it ("" where it is student_id itself)
+    first_name: str = ""  # the student's name: as the gradebook has it once recorded (an instructor's wins), else as
+    last_name: str = ""  # the LMS's zip gave it (Canvas's lastfirst whole as the last name); "" where none is known
 
 
 def replace_file(target: Path, content: bytes | None = None, source: Path | None = None) -> None:
@@ -80,6 +82,18 @@ def shown_id(row: dict) -> str:
     return row.get("given_id") or row["student_id"]
 
 
+def full_name(row: dict) -> str:
+    """The student's name as people write it ("Marie Curie"; Canvas's "curiemarie"), "" where none is known."""
+    return " ".join(part for part in (row.get("first_name"), row.get("last_name")) if part)
+
+
+def formgraders_mean(rows: list[dict]) -> float:
+    """The mean score as formgrader shows it (nbgrader's Gradebook.average_assignment_score): every grade of the
+    assignment over its number of submissions, late penalties not taken off. Every row is a submission in the
+    gradebook (the missing and unreadable at 0), so it is the same number where these rows are all it holds."""
+    return sum(r["score"] + r.get("late_penalty", 0) for r in rows) / len(rows) if rows else 0.0
+
+
 def spreadsheet_safe(text: str) -> str:
     """A text cell that no spreadsheet runs as a formula: one opening with = + - @ or a control character gets a
     leading ' (OWASP's advice for CSV files)."""
@@ -89,14 +103,14 @@ def spreadsheet_safe(text: str) -> str:
 def write_table(path: Path, rows: list[dict], grade_ids: list[str]) -> None:
     """grades.csv: one row per student and notebook, then one column per graded cell; replaced whole. A cell's score
     is the one an instructor entered by hand where there is one (its grade_id is then in `graded_by_hand`). The id
-    is the student's as given (`gradebook_id`: the name of their files and gradebook entry)."""
+    is the student's as given (`gradebook_id`: the name of their files and gradebook entry), their name beside it."""
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(FIXED_COLUMNS + grade_ids)
         for r in rows:
             by_hand = " ".join(g for g in grade_ids if r["cells"].get(g, {}).get("by_hand"))
-            text = [shown_id(r), r["student_id"], r["assignment"], r["notebook"]]
+            text = [shown_id(r), full_name(r), r["student_id"], r["assignment"], r["notebook"]]
             writer.writerow([spreadsheet_safe(t) for t in text] + [f"{r['score']:g}", f"{r['max_score']:g}",
                              r["status"], spreadsheet_safe(r["message"]), spreadsheet_safe(r.get("timestamp", "")),
                              f"{r.get('seconds_late', 0):g}", f"{r.get('late_penalty', 0):g}", by_hand]

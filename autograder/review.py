@@ -1,12 +1,12 @@
 """A notebook whose tests could not be trusted goes to a human: flagged for manual grading in the gradebook."""
 
 from nbgrader.api import Gradebook
-from nbgrader.preprocessors import NbGraderPreprocessor
 
 from .execute import FINDINGS
+from .step import Step
 
 
-class FlagForReview(NbGraderPreprocessor):
+class FlagForReview(Step):
     """After SaveAutoGrades: if the execute step found the tests tampered with, every grade needs a human."""
 
     def preprocess(self, nb, resources):

@@ -96,6 +96,34 @@ class Findings:
     problem: str = ""  # why no answer could be compared at all (the report says it instead)
 
 
+@dataclass(kw_only=True)
+class Cluster:
+    """Students whose answers to one exercise are similar, directly or through one another: the pairs found among
+    them, closest first (the first is the pair the report shows side by side)."""
+    students: list[str]  # student_id of each, in order
+    pairs: list[Pair]
+
+
+def clusters(pairs: list[Pair]) -> list[Cluster]:
+    """The pairs of one exercise grouped into clusters: students joined by a pair are in one cluster (five answers
+    copied from one are one cluster of ten pairs, not ten findings). Closest cluster first (by its closest pair)."""
+    parent: dict[str, str] = {}
+
+    def root(student: str) -> str:
+        while parent.setdefault(student, student) != student:
+            student = parent[student]
+        return student
+
+    for pair in pairs:
+        parent[root(pair.students[0])] = root(pair.students[1])
+    grouped = defaultdict(list)
+    for pair in pairs:
+        grouped[root(pair.students[0])].append(pair)
+    found = [Cluster(students=sorted({s for p in group for s in p.students}),
+                     pairs=sorted(group, key=lambda p: (-p.score, p.students))) for group in grouped.values()]
+    return sorted(found, key=lambda c: (-c.pairs[0].score, c.students))
+
+
 def released_answers(source: Path, config: Config) -> dict[str, str]:
     """grade_id -> each answer cell as the students got it: made from the source by nbgrader's ClearSolutions with the
     course's settings, as generate_assignment makes the student version (a merge and the grader's own test course

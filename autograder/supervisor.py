@@ -128,6 +128,7 @@ class Pool:
                     job = replace(pending.popleft(), warm=self.socket_of(slot))
                     process = start(job)
                     running[process.sentinel] = (process, job, time.monotonic(), slot)
+                progress.tick({j.student_id: at for _, j, at, _ in running.values()})
                 ready = multiprocessing.connection.wait(list(running), timeout=1.0)
                 for sentinel in list(running):
                     process, job, started, slot = running[sentinel]

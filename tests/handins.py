@@ -224,3 +224,17 @@ def exercise_points(row: dict, exercise: str, assignment: str = ASSIGNMENT) -> t
     cells = {grading(c)["grade_id"]: grading(c)["points"] for c in source(assignment).cells if grading(c).get("grade")}
     mine = [c for c in cells if c.startswith(exercise + "_")]
     return sum(float(row[c]) for c in mine), sum(cells[c] for c in mine)
+
+
+def assignment_gradebook(root: Path) -> str:
+    """The URL of a gradebook under `root` holding the grader course's assignment, as the batch's template holds it."""
+    from traitlets.config import Config
+
+    from autograder.gradebook import generate_assignment  # the grader's: imported only by the tests that use it
+
+    folder = root / "source" / ASSIGNMENT
+    folder.mkdir(parents=True)
+    nbformat.write(source(), folder / f"{ASSIGNMENT}.ipynb")
+    url = f"sqlite:///{root}/gradebook.db"
+    generate_assignment(Config(), ASSIGNMENT, root, url, root / "release")
+    return url

@@ -406,10 +406,11 @@ def scripted_class(tmp_path_factory):
 
 
 def shown_by(page, url: str, name: str, ready: str = "() => true") -> dict:
-    """What the page at `url` shows once `ready` holds and its payloads had their chance, its script-carrying link
-    followed (a javascript: address runs only then); a screenshot of it named `name`."""
+    """What the page at `url` shows once `ready` holds, its folded parts opened, and its payloads had their chance, its
+    script-carrying link followed (a javascript: address runs only then); a screenshot of it named `name`."""
     page.goto(url)
     page.wait_for_function(ready)
+    page.evaluate(OPEN_ALL_JS)  # the feedback's lesson, folded away, opened as a student may: its payloads shown too
     link = page.get_by_text(payloads.LINK_TEXT)
     if link.count():
         link.first.click()
@@ -465,3 +466,54 @@ def test_formgraders_view_of_a_hand_in_carrying_script_runs_none_of_it(browser, 
     assert shown["ran"] is None and shown["title"] == "01_basics", f"formgrader's view ran {shown['ran']}"
     assert not (missing := shows_the_lesson(shown)), f"formgrader's view does not show {missing}"
     assert scores == {"ex1_mean_tests": "1", "ex1_mean_hidden": "2", "ex2_clip_tests": "0", "ex2_clip_hidden": "0"}
+
+
+# --- the feedback a student reads: what failed and why, the lesson folded away, nothing fetched --------------------
+EXPLAINED_JS = """() => ({text: document.body.innerText, height: document.documentElement.scrollHeight,
+  first: document.querySelector('#notebook-container table')?.compareDocumentPosition(
+    document.querySelector('details.lesson')) === Node.DOCUMENT_POSITION_FOLLOWING,
+  padding: parseFloat(getComputedStyle(document.querySelector('#notebook-container td')).paddingLeft),
+  folded: [...document.querySelectorAll('details.lesson')].filter(d => !d.open).length,
+  injected: document.querySelectorAll('pre b').length})"""
+OPEN_ALL_JS = """() => { document.querySelectorAll('details').forEach(d => d.open = true);
+  return document.documentElement.scrollHeight }"""
+
+
+@pytest.fixture(scope="module")
+def explained_class(tmp_path_factory):
+    """Two hand-ins graded with a 10 s limit, the second exercise failing in each: its visible test raises an error of
+    the student's own (after the first hidden test), or runs past the limit. The grader's output folder."""
+    from handins import SECOND, grade, right, scratch_course, write, write_folder
+    folder = tmp_path_factory.mktemp("explained")
+    class_ = {"raises": write(right(**{SECOND: "def clip(x, low, high):\n    raise ValueError('clip: <b>not</b> yet')"})),
+              "loops": write(right(**{SECOND: "def clip(x, low, high):\n    while True:\n        pass"}))}
+    out = folder / "out"
+    grade(scratch_course(folder / "course"), write_folder(folder / "submissions", class_), "--out", str(out),
+          "--timeout", "10")
+    return out
+
+
+@pytest.mark.sandbox
+def test_the_feedback_explains_in_chromium(browser, explained_class):
+    """As a student reads it: the visible test's own error (its markup as text), the time limit named, the summary
+    first and spaced, the lesson folded (the page shorter than with it open), and no request leaving the page."""
+    shown, requests = {}, []
+    page = browser.new_page(viewport=VIEWPORT)
+    page.on("request", lambda request: requests.append(request.url)
+            if not request.url.startswith(("file:", "data:")) else None)
+    try:
+        for student in ("raises", "loops"):
+            page.goto((explained_class / "feedback" / f"{student}.html").as_uri())
+            page.wait_for_load_state("load")
+            page.screenshot(path=SHOTS / f"explained-{student}.png", full_page=True)
+            shown[student] = {**page.evaluate(EXPLAINED_JS), "opened": page.evaluate(OPEN_ALL_JS)}
+    finally:
+        page.close()
+    assert not requests, f"the feedback asked for {requests}"
+    for student, seen in shown.items():
+        assert seen["first"] and seen["padding"] >= 8, f"{student}: the summary is not first, or not spaced"
+        assert seen["folded"] >= 1 and seen["opened"] > seen["height"], f"{student}: no lesson folded away"
+    raises, loops = shown["raises"], shown["loops"]
+    assert raises["text"].count("ValueError: clip: <b>not</b> yet") >= 2 and raises["injected"] == 0, raises["text"]
+    assert loops["text"].count("this cell ran past the 10 s time limit and was stopped") >= 2, loops["text"]
+    assert "KeyboardInterrupt" not in loops["text"]

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,8 @@ pytestmark = [pytest.mark.xdist_group("grader-batch"), pytest.mark.sandbox, pyte
 WRONG_MEAN = "def mean(xs):\n    return sum(xs) / (len(xs) + 1)"
 FIRST_TESTS = [f"{FIRST}_tests", f"{FIRST}_hidden"]
 MEAN_OF_TOTAL = "def mean(xs):\n    return total(xs) / len(xs)"
+ENDLESS_CLIP = "def clip(x, low, high):\n    while True:\n        pass"
+TIMEOUT = 10  # the class's cell time limit (--timeout): it has endless loops
 
 # student -> (status, the exercises that score 0 (the others must score full marks), words the message must hold)
 EXPECTED = {
@@ -27,6 +30,7 @@ EXPECTED = {
     "unedited": ("graded", {FIRST, SECOND}, ""),
     "wrong": ("graded", {FIRST}, ""),
     "loop": ("timeout", {SECOND}, "limit"),
+    "loop_in_tests": ("timeout", {SECOND}, f"{SECOND}_hidden was not run"),
     "stubborn": ("timeout", {SECOND}, "KeyboardInterrupt"),
     "exits": ("crashed", {SECOND}, "exit code 3"),
     "segfault": ("crashed", {SECOND}, "segmentation fault"),
@@ -60,6 +64,7 @@ def broken_class() -> dict[str, str | None]:
         "unedited": write(handin()),
         "wrong": write(wrong),
         "loop": write(right(**{SECOND: "while True:\n    pass"})),
+        "loop_in_tests": write(right(**{SECOND: ENDLESS_CLIP})),  # each test of clip calls it
         "stubborn": write(right(**{SECOND: STUBBORN_LOOP})),
         "exits": write(right(**{SECOND: "import os\nos._exit(3)"})),
         "segfault": write(right(**{SECOND: "import ctypes\nctypes.string_at(0)"})),
@@ -92,7 +97,7 @@ def graded(tmp_path_factory):
     """The class graded once: (course, submissions, out folder, rows by student, the command's stderr)."""
     course = scratch_course(tmp_path_factory.mktemp("course"))
     submissions = write_folder(tmp_path_factory.mktemp("submissions"), broken_class())
-    result = grade(course, submissions, "--timeout", "10", "--memory", "2")
+    result = grade(course, submissions, "--timeout", str(TIMEOUT), "--memory", "2")
     out = course / "autograder" / "grades" / ASSIGNMENT
     return course, submissions, out, rows_of(out), result.stderr
 
@@ -129,10 +134,34 @@ def test_table_has_the_promised_columns_and_a_summary(graded):
     _, _, out, rows, stderr = graded
     header = next(csv.reader(open(out / "grades.csv")))
     cells = [f"{FIRST}_tests", f"{FIRST}_hidden", f"{SECOND}_tests", f"{SECOND}_hidden"]
-    assert header == ["student_id", "gradebook_id", "assignment", "notebook", "score", "max_score", "status", "message", "timestamp",
-                      "seconds_late", "late_penalty", "graded_by_hand"] + cells
+    assert header == ["student_id", "name", "gradebook_id", "assignment", "notebook", "score", "max_score", "status",
+                      "message", "timestamp", "seconds_late", "late_penalty", "graded_by_hand"] + cells
     assert sorted(rows) == sorted(EXPECTED)
     assert f"{len(EXPECTED)} students:" in stderr and "mean score" in stderr and "ETA" in stderr
+
+
+def test_a_test_past_the_limit_spares_its_exercises_later_tests_the_limit(graded):
+    """clip loops forever: its visible test runs to the limit, and its hidden test, which calls the same answer, is
+    not run (the row and the cell say why) instead of waiting the limit again; the other exercise is graded in full."""
+    _, _, out, rows, _ = graded
+    cells = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in read(out / "autograded" / "loop_in_tests.ipynb").cells}
+    assert [o.get("ename") for o in cells[f"{SECOND}_tests"].outputs if o.get("output_type") == "error"][-1] == \
+        "CellTimeoutError"
+    (skipped,) = [o for o in cells[f"{SECOND}_hidden"].outputs if o.get("output_type") == "error"]
+    assert skipped.ename == "TestSkipped" and f"{SECOND}_tests" in skipped.evalue and f"{TIMEOUT} s" in skipped.evalue
+    assert "the same exercise had run past the time limit" in rows["loop_in_tests"]["message"]
+    seconds = json.loads((out / "results" / "loop_in_tests.json").read_text())["execute_seconds"]
+    assert TIMEOUT <= seconds < 1.5 * TIMEOUT, f"its cells ran {seconds} s: the limit was spent twice"
+
+
+def test_the_progress_names_a_long_hand_in_and_its_time_while_it_runs(graded):
+    """The batch's stderr (not a terminal) says which hand-ins are still running and for how long, at an interval no
+    longer than the cell time limit, between the lines of hand-ins graded."""
+    stderr = graded[4]
+    lines = re.findall(r"^still grading: (\S+) (\d+):(\d\d)", stderr, re.M)
+    assert lines, stderr[-2000:]
+    assert all(student in EXPECTED for student, _, _ in lines)
+    assert max(60 * int(m) + int(s) for _, m, s in lines) >= TIMEOUT, lines
 
 
 def test_no_process_is_left_running(graded):
@@ -181,6 +210,16 @@ def test_grades_reach_the_course_gradebook_and_nbgrader_export(graded):
     assert float(exported["right"]["raw_score"]) == float(rows["right"]["score"])
 
 
+def test_the_reports_mean_is_formgraders(graded):
+    """report.html's mean is the one formgrader shows for the assignment (nbgrader's average_assignment_score, on the
+    course's gradebook the batch wrote), over every student of the class, whatever their status."""
+    course, _, out, rows, _ = graded
+    with Gradebook(f"sqlite:///{course}/autograder/gradebook.db") as gb:
+        formgraders = gb.average_assignment_score(ASSIGNMENT)
+    text = html_text(out / "report.html")
+    assert f"mean score {formgraders:.2f} of 6 points over all {len(rows)}," in text, text[:500]
+
+
 def holds_answer(text: str | None, exercise: str) -> bool:
     """Whether a hand-in is a notebook with that answer cell."""
     try:
@@ -205,7 +244,7 @@ def test_a_second_run_grades_only_what_is_missing_and_gives_the_same_table(grade
     course, submissions, out, _, _ = graded
     table = (out / "grades.csv").read_text()
     (out / "results" / "wrong.json").unlink()  # as if the run had been interrupted before grading it
-    result = grade(course, submissions, "--timeout", "10", "--memory", "2")
+    result = grade(course, submissions, "--timeout", str(TIMEOUT), "--memory", "2")
     assert "1 to grade" in result.stderr
     assert (out / "grades.csv").read_text() == table
 

@@ -15,13 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nbformat import NotebookNode
 from nbgrader.preprocessors import CheckCellMetadata, ClearOutput, DeduplicateIds, OverwriteCells, OverwriteKernelspec
-from traitlets.config import Config
 
 from autograder import handin
-from autograder.gradebook import generate_assignment
 from course import read, release_path, source_path
 from handins import ASSIGNMENT, FIRST, SECOND, colab, handin as student_version, release, right, right_answers, source
-from handins import write
+from handins import assignment_gradebook, write
 from torchcourse.check import grading
 
 COURSE_NOTEBOOK = "07_checkpointing"  # a notebook of the course, beside the grader's own test course
@@ -321,14 +319,7 @@ def test_every_mutant_of_a_course_notebook_is_built_or_refused(data):
 
 @pytest.fixture(scope="module")
 def gradebook(tmp_path_factory) -> str:
-    """The grader course's assignment in a gradebook, as the batch's template holds it."""
-    root = tmp_path_factory.mktemp("template")
-    folder = root / "source" / ASSIGNMENT
-    folder.mkdir(parents=True)
-    nbformat.write(source(), folder / f"{ASSIGNMENT}.ipynb")
-    url = f"sqlite:///{root}/gradebook.db"
-    generate_assignment(Config(), ASSIGNMENT, root, url, root / "release")
-    return url
+    return assignment_gradebook(tmp_path_factory.mktemp("template"))
 
 
 def nbgraders_own_steps(nb, db_url: str) -> None:

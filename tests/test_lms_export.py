@@ -1,7 +1,7 @@
 """Grades out to an LMS (`python -m autograder export ASSIGNMENT --lms canvas|moodle`): a class graded from Canvas's
-zip with the documented --pattern, a late hand-in and a score entered by hand, exported for Canvas's and Moodle's
-imports and checked against the layouts they document and against `nbgrader export`; the documented patterns read
-each LMS's zip."""
+zip (its layout recognised, no --pattern), a late hand-in and a score entered by hand, exported for Canvas's and
+Moodle's imports and checked against the layouts they document and against `nbgrader export`; each LMS's layout
+pattern, given as --pattern, reads its zip."""
 
 import csv
 import subprocess
@@ -24,8 +24,9 @@ pytestmark = [pytest.mark.xdist_group("lms-export"),  # one worker grades the cl
 DUE = "2026-11-20 12:00:00 UTC"
 HOSTILE_FIRST, HOSTILE_LAST = '=HYPERLINK("http://example.org")', "@SUM(1)"
 # Canvas's "Download submissions": <lastfirst>_[LATE_]<user id>_<file id>_<file name>, at the zip's top
-CANVAS_ZIP = {"smithalice_101_9001_": "alice", "jonesbob_LATE_102_9002_": "bob (late)",
-              "nguyenchi_103_9003_": "chi (a hostile name in the gradebook)", "leedana_104_9004_": "dana (graded by hand)"}
+CANVAS_ZIP = {"smithalice_101_9001_": "alice", "jonesbob_102_9002_": "bob (late: his hand-in time is in the gradebook)",
+              "nguyenchi_103_9003_": "chi (a hostile name in the gradebook)",
+              "leedana_104_9004_": "dana (graded by hand)"}
 # `make grade` of this class, then the instructor's edits in formgrader: what each student ends with (of 6 points)
 EXPECTED = {"101": 6.0, "102": 0.0, "103": 6.0, "7777": 5.0, "105": 0.0}
 
@@ -67,7 +68,7 @@ def graded(tmp_path_factory):
     with zipfile.ZipFile(archive, "w") as z:
         for prefix in CANVAS_ZIP:
             z.writestr(prefix + NOTEBOOK, write(right()))
-    grade(course, archive, "--pattern", CANVAS_PATTERN)
+    grade(course, archive)
     with gradebook(course) as gb:
         hand = gb.find_grade(f"{FIRST}_hidden", Path(NOTEBOOK).stem, ASSIGNMENT, "104")
         hand.manual_score, hand.needs_manual_grade = 1.0, False
@@ -163,8 +164,7 @@ def test_the_moodle_pattern_reads_participant_ids(tmp_path):
     assert student_ids(tmp_path, names, MOODLE_PATTERN) == {"555": "555", "556": "556", "557": "557"}
 
 
-def test_the_readmes_give_the_patterns_the_grader_documents():
-    """README.md and autograder/README.md show the --pattern of each LMS as the grader defines it."""
-    for readme in (ROOT / "README.md", ROOT / "autograder" / "README.md"):
-        text = readme.read_text()
-        assert CANVAS_PATTERN in text and MOODLE_PATTERN in text, readme
+def test_the_readme_gives_the_patterns_the_grader_recognises():
+    """autograder/README.md shows each LMS's layout, as the pattern the grader reads it with."""
+    text = (ROOT / "autograder" / "README.md").read_text()
+    assert CANVAS_PATTERN in text and MOODLE_PATTERN in text

@@ -3,14 +3,21 @@ marked skip-in-grading only where grading needs nothing from them."""
 
 import ast
 import re
+from functools import cache
 
+import nbformat
 import pytest
+from nbclient import NotebookClient
 
-from course import (HIDDEN, ROOT, SETUP_CELLS, answer_ids, assignments, grading, read, source_path, graded_cells_of,
-                    wrong_answers)
+from course import (HIDDEN, ROOT, SETUP_CELLS, answer_ids, assignments, grading, read, release_path, source_path,
+                    graded_cells_of, wrong_answers)
 from autograder.lessons import names, skippable, tagged
 from torchcourse.check import SKIP_TAG
 
+# A graded test cell opens with a one-line docstring; a hidden-test cell's ends with ';', since its released cell is
+# that docstring alone, which IPython would show as Out[n] (and nbgrader's Validate read as a partial score).
+DOCSTRING = r'"""[^\n]+"""'
+QUIET_DOCSTRING = re.compile(DOCSTRING + ";\n")
 ALL_NOTEBOOKS = sorted((ROOT / "solutions").rglob("*.ipynb")) + sorted((ROOT / "notebooks").rglob("*.ipynb"))
 
 
@@ -51,7 +58,32 @@ def test_every_exercise_has_visible_and_hidden_tests(assignment):
         if grading(cell).get("grade"):
             assert grading(cell)["points"] > 0 and grading(cell)["locked"], grade_id
             assert any(grade_id in graded_cells_of(nb, a) for a in exercises), f"{grade_id} belongs to no exercise"
-            assert re.match(r'"""[^\n]+"""\n', cell.source), f"{grade_id} must open with a one-line docstring"
+            assert re.match(DOCSTRING, cell.source), f"{grade_id} must open with a one-line docstring"
+            if HIDDEN.search(cell.source):
+                assert QUIET_DOCSTRING.match(cell.source), f"{grade_id}'s docstring must end with ';'"
+
+
+@cache
+def released_hidden_test_cells_run() -> dict[str, list]:
+    """grade_id -> outputs of every released hidden-test cell (nbgrader leaves its docstring alone), run in a kernel
+    as a student runs them in JupyterLab: one notebook holding them all, one kernel."""
+    nb = nbformat.v4.new_notebook()
+    for assignment in assignments():
+        hidden = {grading(c)["grade_id"] for c in read(source_path(assignment)).cells if HIDDEN.search(c.source)}
+        nb.cells += [c for c in read(release_path(assignment)).cells if grading(c).get("grade_id") in hidden]
+    NotebookClient(nb, timeout=60, kernel_name="python3").execute()
+    return {grading(c)["grade_id"]: c.outputs for c in nb.cells}
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_a_released_hidden_test_cell_runs_to_no_output(assignment):
+    """Running a hidden-test cell of notebooks/ shows nothing: no Out[n] in JupyterLab, and no result that nbgrader's
+    Validate tries to read as a partial score ("cannot be converted to a float")."""
+    ran = released_hidden_test_cells_run()
+    hidden = [grading(c)["grade_id"] for c in read(source_path(assignment)).cells if HIDDEN.search(c.source)]
+    assert hidden and set(hidden) <= set(ran), "notebooks/ lacks hidden-test cells: run make release"
+    shown = {gid: ran[gid] for gid in hidden if ran[gid]}
+    assert not shown, f"running these hidden-test cells shows something: {shown}"
 
 
 @pytest.mark.parametrize("assignment", assignments())

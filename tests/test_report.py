@@ -97,3 +97,47 @@ def test_the_page_is_the_same_every_time(tmp_path):
     write_report(tmp_path / "a.html", rows, SOURCE)
     write_report(tmp_path / "b.html", rows, SOURCE)
     assert (tmp_path / "a.html").read_text() == (tmp_path / "b.html").read_text()
+
+
+def test_the_mean_is_formgraders_over_every_student_and_says_so(tmp_path):
+    """The page's mean is formgrader's (nbgrader's average_assignment_score: every submission's points over their
+    number, before late penalties): a stopped hand-in's other points and the missing student's 0 count; it says whom
+    it counts."""
+    stopped = {**row("slow", "timeout"), "score": 3.0}  # its first exercise passed before the time limit
+    late = {**row("late", ex1_mean_hidden=HIDDEN_MEAN), "seconds_late": 60.0, "late_penalty": 1.0}
+    late["score"] -= 1.0  # grades.csv's score: the late penalty taken off
+    rows = [row("right"), row("wrong", ex1_mean_tests=VISIBLE_MEAN, ex1_mean_hidden=HIDDEN_MEAN), stopped, late,
+            row("gone", "missing")]
+    write_report(tmp_path / "report.html", rows, SOURCE)
+    text = html_text(tmp_path / "report.html")
+    formgraders = (6 + 3 + 3 + 4 + 0) / 5  # each one's points before the late penalty, over all five
+    assert f"mean score {formgraders:.2f} of 6 points over all 5, as formgrader's mean counts them" in text
+    assert f"late penalties not taken off: {(6 + 3 + 3 + 3 + 0) / 5:.2f} with them" in text
+
+
+def test_failures_are_grouped_with_the_students_behind_each_and_no_bare_error(tmp_path):
+    """Each group names its students, each once; a time-out's bare KeyboardInterrupt and the test not run after it
+    are one group saying so, an unedited answer's bare NotImplementedError reads as not attempted."""
+    rows = [row("carol", "graded", ex2_clip_tests="KeyboardInterrupt: ",
+                ex2_clip_hidden="TestSkipped: not run: ex2_clip_tests, a test of the same exercise, ran past the limit"),
+            row("dave", ex1_mean_tests="NotImplementedError: ", ex1_mean_hidden="NotImplementedError: ",
+                ex2_clip_tests="NotImplementedError: ", ex2_clip_hidden="NotImplementedError: "),
+            {**row("erin", ex1_mean_hidden=HIDDEN_MEAN), "first_name": "Erin", "last_name": "Example"},
+            row("frank", ex1_mean_hidden=HIDDEN_MEAN)]
+    write_report(tmp_path / "report.html", rows, SOURCE)
+    page = (tmp_path / "report.html").read_text()
+    groups = r'<li data-count="(\d+)"><code>(.*?)</code> \((.*?)\)</li>'
+    mean, clip = (re.findall(groups, section(page, exercise)) for exercise in (FIRST, SECOND))
+    assert [(n, who) for n, _, who in mean] == [("2", "2 students: erin (Erin Example), frank"), ("1", "1 student: dave")]
+    assert [(n, who) for n, _, who in clip] == [("1", "1 student: dave"), ("1", "1 student: carol")]
+    assert mean[0][1] == HIDDEN_MEAN and mean[1][1].startswith("not attempted") and clip[0][1] == mean[1][1]
+    assert clip[1][1].startswith("stopped at the time limit")
+    assert "KeyboardInterrupt" not in page and "NotImplementedError:" not in page
+
+
+def test_a_students_name_stands_beside_their_id(tmp_path):
+    """Where the row carries the student's name (results.Result), the page shows it beside the id (statuses, slowest)."""
+    rows = [{**row("12345"), "first_name": "Marie", "last_name": "Curie"}, row("67890")]
+    write_report(tmp_path / "report.html", rows, SOURCE)
+    text = html_text(tmp_path / "report.html")
+    assert "12345 (Marie Curie), 67890" in text and text.count("12345 (Marie Curie)") == 2

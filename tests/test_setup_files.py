@@ -42,3 +42,18 @@ def test_make_help_is_the_default_and_lists_every_target():
     phony = re.search(r"^\.PHONY:(.*)$", (ROOT / "Makefile").read_text(), re.M).group(1).split()
     for target in phony:
         assert re.search(rf"^  make {target} +\S", shown, re.M), f"`make help` does not describe {target}"
+
+
+def test_make_lab_takes_a_port_a_token_and_a_role_and_echoes_no_comment():
+    """What `make lab` would run (make -n; setup taken as done): the port and token given, a student's Jupyter
+    configuration path (jupyter/student) unless ROLE=instructor, and no comment echoed as if it were a command."""
+    def lab(*settings: str) -> str:
+        return subprocess.run(["make", "--no-print-directory", "-n", "-o", ".venv/.installed", "lab", *settings],
+                              cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    student, instructor = lab("PORT=4321", "TOKEN=s3cret"), lab("ROLE=instructor")
+    assert "--ServerApp.port=4321" in student and "--IdentityProvider.token=s3cret" in student, student
+    assert f"JUPYTER_CONFIG_PATH={ROOT}/jupyter/student " in student and "JUPYTER_CONFIG_PATH" not in instructor
+    assert "#" not in student + instructor, f"make echoes a comment:\n{student}"
+    refused = subprocess.run(["make", "-n", "-o", ".venv/.installed", "lab", "ROLE=teacher"], cwd=ROOT,
+                             capture_output=True, text=True)
+    assert refused.returncode and "ROLE is student" in refused.stderr

@@ -294,3 +294,49 @@ def test_an_answer_copydetect_fails_on_is_left_out_and_named(monkeypatch, tmp_pa
     from autograder.report import write_report
     write_report(tmp_path / "report.html", rows, COURSE / "solutions" / ASSIGNMENT / NOTEBOOK, findings)
     assert "Not compared: the notebook of oscar" in html_text(tmp_path / "report.html")
+
+
+def cluster_page(tmp_path, findings, rows) -> str:
+    from autograder.report import write_report
+    write_report(tmp_path / "report.html", rows, COURSE / "solutions" / ASSIGNMENT / NOTEBOOK, findings)
+    return (tmp_path / "report.html").read_text()
+
+
+def test_five_copies_of_one_answer_are_one_cluster_in_one_box(tmp_path):
+    """Five answers renamed from one (ten pairs) are one cluster: its students named once, its closest pair side by
+    side, the nine other pairs listed with their similarity; an answer of one's own is in none."""
+    from autograder.similarity import Findings
+
+    names = [("total", "count", "x"), ("s", "n", "v"), ("acc", "k", "item"), ("t", "c", "e"), ("summed", "seen", "y")]
+    copies = {f"copy{i}": MEAN.replace("total", a).replace("count", b).replace("for x in", f"for {c} in")
+              .replace("+= x", f"+= {c}") for i, (a, b, c) in enumerate(names)}
+    answers = {**copies, "own": "def mean(xs):\n    import statistics\n    return statistics.fmean(list(xs)) + 0.0\n"}
+    found = similar_pairs(FIRST, answers, "", Similarity())
+    assert len(found.pairs) == 10, [p.students for p in found.pairs]
+    rows = [{"student_id": s, "assignment": ASSIGNMENT, "notebook": NOTEBOOK, "status": "graded", "message": "",
+             "score": 6.0, "max_score": 6.0, "cells": {}} for s in answers]
+    page = cluster_page(tmp_path, Findings(settings=Similarity(), exercises=[found]), rows)
+    first = section(page, FIRST)
+    assert first.count('<div class="pair"') == 1 and first.count('<pre class="answer">') == 2
+    assert first.count('<div class="cluster" data-students="5" data-pairs="10">') == 1
+    assert len(re.findall(r'<span data-score="1\.00">copy\d and copy\d 100%</span>', first)) == 9
+    assert "5 students: copy0, copy1, copy2, copy3, copy4;" in first and "own" not in first
+
+
+def test_students_similar_through_another_are_one_cluster(tmp_path):
+    """a~b and b~c make one cluster of three (a and c need not be alike), d~e another; the closest cluster first,
+    and in each the closest pair is the one shown side by side."""
+    from autograder.similarity import Exercise, Findings, Pair
+
+    def pair(a, b, score):
+        return Pair(students=(a, b), score=score, similarities=(score, score), marked=(f"{a}'s", f"{b}'s"))
+
+    found = Exercise(grade_id=FIRST, answers=5, pairs=[pair("d", "e", 0.95), pair("b", "c", 0.9), pair("a", "b", 0.85)])
+    rows = [{"student_id": s, "assignment": ASSIGNMENT, "notebook": NOTEBOOK, "status": "graded", "message": "",
+             "score": 6.0, "max_score": 6.0, "cells": {}} for s in "abcde"]
+    first = section(cluster_page(tmp_path, Findings(settings=Similarity(), exercises=[found]), rows), FIRST)
+    clusters = re.findall(r'<div class="cluster".*?<div class="pair" data-score="([\d.]+)">.*?(?=<div class="cluster"|$)',
+                          first, re.S)
+    assert clusters == ["0.95", "0.90"], first
+    assert "2 students: d, e;" in first and "3 students: a, b, c;" in first
+    assert '<span data-score="0.85">a and b 85%</span>' in first and 'data-clusters="2"' in first
