@@ -27,7 +27,7 @@ from nbgrader.utils import parse_utc
 from sqlalchemy.exc import SAWarning
 from traitlets.config import Config
 
-from torchcourse.check import HIDDEN, answer_cells
+from torchcourse.check import HIDDEN, answer_cells, test_cells
 
 from . import gradebook, handin, notebook, processes, reference
 from .execute import FINDINGS, GuardedExecute, is_test
@@ -258,10 +258,20 @@ def scores(job: Job, graded) -> tuple[dict, dict, float, float]:
     return cells, comments, late, penalty
 
 
+# A test's errors that say nothing of how the answer failed: a failed check, or how the run was stopped (said elsewhere)
+NOT_THE_ANSWERS = {"AssertionError", "KeyboardInterrupt", TIMED_OUT, "DeadKernelError"}
+
+
+def listed(names: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return " and ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
+
+
 def answers_said(graded, release) -> list[str]:
-    """What the row says of the answers left as released, and of those whose own cell raised when it ran (by the
-    error's kind, as the feedback names it: the kernel's words could quote a hidden test); a cell stopped at the time
-    limit or by the grader is said elsewhere (problems_in, grade)."""
+    """What the row says of the answers left as released, of those whose own cell raised when it ran, and of those
+    whose tests raised an error other than an assertion's (a NameError inside the answer, say), each by the error's
+    kind, as the feedback names it (the kernel's words could quote a hidden test); a cell stopped at the time limit or
+    by the grader is said elsewhere (problems_in, grade)."""
     released = {notebook.grade_id(cell): cell.source for cell in answer_cells(release)}
     verdicts = graded.metadata.get(FINDINGS, {}).get("verdicts", {})
     untouched, said = [], []
@@ -273,8 +283,12 @@ def answers_said(graded, release) -> list[str]:
         elif errors and TIMED_OUT not in errors and cell.id not in verdicts:
             kind = errors[0] if errors[0] in ERROR_NAMES else "an error"
             said.append(f"{gid}'s cell raised {kind} when it ran")
+        elif kinds := [o.get("ename") for test in test_cells(graded, gid) if test.id not in verdicts
+                       for o in test.get("outputs", []) if o.get("output_type") == "error"
+                       and o.get("ename") in ERROR_NAMES - NOT_THE_ANSWERS]:
+            said.append(f"{gid}'s tests raised {kinds[0]}")
     if untouched:
-        said.insert(0, f"{' and '.join(untouched)} not answered (as released)")
+        said.insert(0, f"{listed(untouched)} not answered (as released)")
     return said
 
 

@@ -16,7 +16,7 @@ from autograder.execute import FINDINGS
 from autograder.feedback import (ERROR_CHARS, TIMED_OUT, TRACEBACK_LINES, UNKNOWN_MESSAGE, VISIBLE_RUN,
                                  VISIBLE_UNKNOWN, ExerciseSummary, FoldLessons, HideHiddenTests, kept_error)
 from autograder.grade_one import answers_said
-from course import read, source_path
+from course import grading, read, source_path
 from handins import (ASSIGNMENT, FIRST, SECOND, grade, handin, hidden_lines, html_text, leaked, release, right,
                      right_answers, rows_of, scratch_course, source, write, write_folder)
 from test_safe_pages import feedback_exporter
@@ -137,6 +137,14 @@ def test_the_row_says_which_answers_were_not_answered_or_raised():
     assert answers_said(graded, release())[1] == f"{SECOND}'s cell raised an error when it ran"
     answer.outputs = [error("KeyboardInterrupt"), error(TIMED_OUT)]
     assert answers_said(graded, release()) == [f"{FIRST} not answered (as released)"]
+    answer.outputs = []  # defined, then raising when its tests call it; an assertion's failure is no news here
+    tests = [c for c in graded.cells if grading(c).get("grade_id", "").startswith(f"{SECOND}_")]
+    tests[0].outputs, tests[-1].outputs = [error("AssertionError", "wrong")], [error("NameError", "name 'lo' ...")]
+    assert answers_said(graded, release()) == [f"{FIRST} not answered (as released)", f"{SECOND}'s tests raised NameError"]
+    tests[-1].outputs = []
+    assert answers_said(graded, release()) == [f"{FIRST} not answered (as released)"]
+    cell_of(graded, SECOND).source = cell_of(release(), SECOND).source
+    assert answers_said(graded, release()) == [f"{FIRST} and {SECOND} not answered (as released)"]
 
 
 # --- one class graded -----------------------------------------------------------------------------------------------
