@@ -154,8 +154,9 @@ def remove(assignment: str, wanted: list[str], force: bool, out: Path | None, co
         print(f"{'Removing' if force else 'Would remove'} from {assignment}:", file=sys.stderr)
         print("\n".join(described(r, course) for r in removals), file=sys.stderr)
         if not force:
-            print(f"Nothing was removed: run the same command with --force to remove {len(removals)} "
-                  f"student{'s' if len(removals) > 1 else ''}' grades and files.", file=sys.stderr)
+            whose = "students'" if len(removals) > 1 else "student's"
+            print(f"Nothing was removed: run the same command with --force to remove {len(removals)} {whose} grades "
+                  "and files.", file=sys.stderr)
             return removals
         carry_out(cd, assignment, out, removals)
     print(f"Removed {len(removals)} student{'s' if len(removals) > 1 else ''} from {assignment}; report.html still "
