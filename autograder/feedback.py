@@ -37,12 +37,13 @@ from traitlets.config import LoggingConfigurable
 from torchcourse.check import HIDDEN, answer_cells, grading, test_cells  # HIDDEN: the one definition of the markers
 
 from .execute import FINDINGS, GuardedExecute, error_output, is_test
-from .notebook import exercise_name, first_failure
+from .notebook import exercise_name, first_failure, unanswered
 from .step import Step
 
 NOTICE = "# Hidden tests ran here when your notebook was graded; their code is not shown.\n"
 WITHHELD = "(output not shown: it was made after hidden tests had run)"
 UNKNOWN_MESSAGE = "(message not shown: it is not one of this test's own)"
+NOT_ANSWERED = "not answered (the answer raises NotImplementedError, as released)"  # the summary's words for a stub
 # A visible test's error whose message the page cannot show (it was raised after hidden tests had run, and no run
 # without them raised it): the student can run the test in their notebook and read it there.
 VISIBLE_UNKNOWN = ("(message not shown: hidden tests had run before this test when it failed; run this test in your "
@@ -213,7 +214,8 @@ class ExerciseSummary(Step):
             earned = sum(float(grading(t).get("score") or 0) for t in tests)  # GetGrades set score and points
             possible = sum(float(grading(t).get("points") or 0) for t in tests)
             failure = first_failure(tests)
-            said = f"<code>{literal(failure)}</code>" if failure else "passed" if earned >= possible else "—"
+            said = (NOT_ANSWERED if unanswered(failure) else f"<code>{literal(failure)}</code>" if failure
+                    else "passed" if earned >= possible else "—")
             rows.append(f"| {literal(exercise_name(nb, answer))} | {earned:g} / {possible:g} | {said} |")
         if rows:
             ids, cell_id = {cell.get("id") for cell in nb.cells}, "exercise-summary"

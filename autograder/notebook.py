@@ -77,3 +77,8 @@ def first_failure(cells) -> str:
             line = (f"{output.get('ename', 'Error')}: {output.get('evalue', '')}".strip().splitlines() or [""])[0]
             return line if len(line) <= MESSAGE_CHARS else line[:MESSAGE_CHARS - 1] + "…"
     return ""
+
+
+def unanswered(failure: str) -> bool:
+    """Whether a test's first failure (first_failure) is an answer's stub as released: a bare NotImplementedError."""
+    return failure.strip() == "NotImplementedError:"

@@ -16,8 +16,8 @@ import nbformat
 from torchcourse.check import answer_cells, grading, test_cells
 
 from .execute import SKIPPED
-from .feedback import PAGE_POLICY
-from .notebook import exercise_name
+from .feedback import NOT_ANSWERED, PAGE_POLICY
+from .notebook import exercise_name, unanswered
 from .results import STATUSES, formgraders_mean, full_name, shown_id
 from .similarity import clusters
 
@@ -26,9 +26,8 @@ SLOWEST = 5  # hand-ins listed by grading time
 SIMILAR_SHOWN = 20  # clusters of similar answers shown per exercise, closest first (the rest are counted)
 # A test's error that says nothing of the answer but how its run ended, as the group it is listed under: the time
 # limit's (the kernel's KeyboardInterrupt when interrupted, nbgrader's CellTimeoutError, a test not run after another
-# of its exercise was stopped) and an answer left as released (its stub raises a bare NotImplementedError).
+# of its exercise was stopped); an answer left as released is feedback.NOT_ANSWERED.
 TIMED_OUT = "stopped at the time limit (or not run, as another test of the exercise was)"
-NOT_ATTEMPTED = "not attempted (the answer raises NotImplementedError, as released)"
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 60em; color: #222; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; }
@@ -59,11 +58,11 @@ def who_is(row: dict) -> str:
 def failure_group(message: str) -> str:
     """The group a failing test's message is listed under: the message itself, or what a time-out's or an unanswered
     exercise's bare error means."""
-    ename, _, evalue = message.partition(":")
+    ename = message.partition(":")[0]
     if ename in ("KeyboardInterrupt", "CellTimeoutError", SKIPPED):
         return TIMED_OUT
-    if ename == "NotImplementedError" and not evalue.strip():
-        return NOT_ATTEMPTED
+    if unanswered(message):
+        return NOT_ANSWERED
     return message
 
 

@@ -13,7 +13,7 @@ from nbformat import NotebookNode
 from traitlets.config import Config
 
 from autograder.execute import FINDINGS
-from autograder.feedback import (ERROR_CHARS, TIMED_OUT, TRACEBACK_LINES, UNKNOWN_MESSAGE, VISIBLE_RUN,
+from autograder.feedback import (ERROR_CHARS, NOT_ANSWERED, TIMED_OUT, TRACEBACK_LINES, UNKNOWN_MESSAGE, VISIBLE_RUN,
                                  VISIBLE_UNKNOWN, ExerciseSummary, FoldLessons, HideHiddenTests, kept_error)
 from autograder.grade_one import answers_said
 from course import grading, read, source_path
@@ -102,7 +102,7 @@ def test_the_page_opens_with_the_summary_folds_the_lesson_and_fetches_nothing():
     assert "<script" not in page.lower(), "the page holds a script (MathJax's, from a CDN)"
     assert not re.findall(r'\b(?:src|href)="(?:https?:)?//', page), "the page loads something from elsewhere"
     body = page[page.index("<body"):]
-    assert body.index("02_autograd: 0.0 of 6.0 points") < body.index("Your results, exercise by exercise") < \
+    assert body.index("02_autograd: 0 of 6 points") < body.index("Your results, exercise by exercise") < \
         body.index('<details class="lesson">'), "the score and the summary do not open the page"
     folded = re.findall(r'<details class="lesson">.*?</details>', body, flags=re.S)
     assert folded and sum(int(n) for n in re.findall(r"Lesson: (\d+) cell", body)) >= 20
@@ -121,6 +121,16 @@ def test_a_lesson_cell_that_raised_is_not_folded_away():
     body = page_of(nb)
     folded = "".join(re.findall(r'<details class="lesson">.*?</details>', body, flags=re.S))
     assert "NameError" in body and "NameError" not in folded
+
+
+def test_the_summary_says_an_exercise_left_as_released_was_not_answered():
+    """A stub's bare NotImplementedError reads as "not answered" in the summary; an error with a message is shown."""
+    nb = scored(release())
+    cell_of(nb, f"{FIRST}_tests").outputs = [error("NotImplementedError")]
+    cell_of(nb, f"{SECOND}_tests").outputs = [error("NotImplementedError", "clip for ints")]
+    summary, _ = ExerciseSummary().preprocess(nb, {})
+    first, second = summary.cells[0].source.splitlines()[-2:]  # the table's rows, exercise by exercise
+    assert NOT_ANSWERED in first and NOT_ANSWERED not in second and "clip for ints" in second
 
 
 def test_the_row_says_which_answers_were_not_answered_or_raised():

@@ -117,7 +117,7 @@ def test_the_mean_is_formgraders_over_every_student_and_says_so(tmp_path):
 
 def test_failures_are_grouped_with_the_students_behind_each_and_no_bare_error(tmp_path):
     """Each group names its students, each once; a time-out's bare KeyboardInterrupt and the test not run after it
-    are one group saying so, an unedited answer's bare NotImplementedError reads as not attempted."""
+    are one group saying so, an unedited answer's bare NotImplementedError reads as not answered."""
     rows = [row("carol", "graded", ex2_clip_tests="KeyboardInterrupt: ",
                 ex2_clip_hidden="TestSkipped: not run: ex2_clip_tests, a test of the same exercise, ran past the limit"),
             row("dave", ex1_mean_tests="NotImplementedError: ", ex1_mean_hidden="NotImplementedError: ",
@@ -130,7 +130,7 @@ def test_failures_are_grouped_with_the_students_behind_each_and_no_bare_error(tm
     mean, clip = (re.findall(groups, section(page, exercise)) for exercise in (FIRST, SECOND))
     assert [(n, who) for n, _, who in mean] == [("2", "2 students: erin (Erin Example), frank"), ("1", "1 student: dave")]
     assert [(n, who) for n, _, who in clip] == [("1", "1 student: dave"), ("1", "1 student: carol")]
-    assert mean[0][1] == HIDDEN_MEAN and mean[1][1].startswith("not attempted") and clip[0][1] == mean[1][1]
+    assert mean[0][1] == HIDDEN_MEAN and mean[1][1].startswith("not answered") and clip[0][1] == mean[1][1]
     assert clip[1][1].startswith("stopped at the time limit")
     assert "KeyboardInterrupt" not in page and "NotImplementedError:" not in page
 
