@@ -23,7 +23,7 @@ from nbgrader.utils import parse_utc
 from sqlalchemy.engine import make_url
 from traitlets.config import Config
 
-from . import config as course_config, gradebook, grade_one, limits, processes, reference, similarity
+from . import config as course_config, gradebook, grade_one, handin, limits, processes, reference, similarity
 from .collect import Submission, collect, from_course, layout_of
 from .kernel import SandboxUnavailable, require_sandbox
 from .notebook import nbgrader_ids
@@ -227,6 +227,8 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
             shutil.copytree(source.parent, template / "source" / assignment)
             in_child(gradebook.generate_assignment, config, assignment, template,
                      f"sqlite:///{template}/gradebook.db", template / "release")
+            # read once here: a grading process opening the template's gradebook would share its SQLite file
+            tests = in_child(handin.instructor_tests, f"sqlite:///{template}/gradebook.db", assignment, source.stem)
         if pool is not None:  # while the warm kernels start
             with step("rendering the released notebook's feedback page, to be inherited by every grading"):
                 grade_one.warm_up(config, template, assignment, source.name)
@@ -253,7 +255,7 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
             work = scratch / "work" / hashlib.sha256(s.student_id.encode()).hexdigest()[:16]
             return grade_one.Job(student_id=s.student_id, assignment=assignment, notebook=source.name,
                                  submitted=str(s.path or ""), template=str(template), scratch=str(work), out=str(out),
-                                 config=config, points=points, others=others, note=s.message, timestamp=s.timestamp,
+                                 config=config, points=points, others=others, tests=tests, note=s.message, timestamp=s.timestamp,
                                  secret=s.secret, due=due.get(s.student_id, ""), given_id=s.given_id)
 
         results, todo = plan(found, options, make_job, out)

@@ -78,6 +78,7 @@ class Job:
     config: Config  # the course's, from config.load: paths absolute, the command line's settings in it
     points: dict[str, float] = field(default_factory=dict)  # grade_id -> points of every graded cell
     others: dict[str, list[str]] = field(default_factory=dict)  # grade_ids of other assignments, to name a wrong hand-in
+    tests: dict[str, str] = field(default_factory=dict)  # grade_id -> each test cell's text in the gradebook (hidden in)
     note: str = ""  # what finding the notebook taught us (several copies handed in, say), for the message
     timestamp: str = ""  # from nbgrader's exchange: when it was submitted ("" if unknown: never late)
     secret: str = ""  # from nbgrader's exchange: kept beside the feedback, which release_feedback names after it
@@ -387,8 +388,7 @@ def read_handin(job: Job, data: bytes, release):
     handin.check(found, job.assignment, release, {k: set(v) for k, v in job.others.items()})
     logging.info("autograder: %s", handin.dropped(found))
     # the gradebook's test cells (hidden tests in): nbgrader's OverwriteCells then finds nothing changed to warn of
-    tests = handin.instructor_tests(f"sqlite:///{job.template}/gradebook.db", job.assignment, Path(job.notebook).stem)
-    return handin.build(found, release, tests), handin.notes(found, release)
+    return handin.build(found, release, job.tests), handin.notes(found, release)
 
 
 def grade(job: Job) -> Result:
