@@ -30,8 +30,8 @@ from traitlets.config import Config
 from torchcourse.check import HIDDEN, answer_cells, test_cells
 
 from . import gradebook, handin, notebook, processes, reference
-from .execute import FINDINGS, GuardedExecute, is_test
-from .feedback import (ERROR_NAMES, TIMED_OUT, VISIBLE_RUN, HideHiddenTests, kept_error, message_templates, shown,
+from .execute import FINDINGS, SKIPPED, GuardedExecute, is_test
+from .feedback import (ERROR_NAMES, TIMED_OUT, VISIBLE_RUN, HideHiddenTests, kept_error, message_templates, shown, stopped,
                        wants_visible_run)
 from .integrity import parsed
 from .judge import as_graded
@@ -221,8 +221,6 @@ def lost_kernel_reason(lost: str, code: int | None, timeout: int | None = None) 
 def problems_in(nb, timeout: int, memory_gib: float | None) -> list[tuple[str, str]]:
     """(status, sentence) for each cell that ran out of memory or was stopped at the time limit, in order; the test
     cells not run because a test of their exercise was stopped are named together, last."""
-    from .execute import SKIPPED  # imported here: the rest of this module is another change's
-
     found, skipped = [], []
     for i, cell in enumerate(nb.cells):
         names = [o.get("ename") for o in cell.get("outputs", []) if o.get("output_type") == "error"]
@@ -233,7 +231,7 @@ def problems_in(nb, timeout: int, memory_gib: float | None) -> list[tuple[str, s
             found.append(("crashed", f"{cell_name(nb, i)} ran out of memory{limit}"))
         elif SKIPPED in names:
             skipped.append(cell_name(nb, i))
-        elif "CellTimeoutError" in errors:
+        elif TIMED_OUT in names:
             found.append(("timeout", f"{cell_name(nb, i)} ran past the {timeout} s limit and was stopped"))
     if skipped:
         found.append(("timeout", f"{' and '.join(skipped)} {'was' if len(skipped) == 1 else 'were'} not run (0 points): "
@@ -307,7 +305,7 @@ def visible_errors(job: Job, nb, graded, skip: dict[int, str], lessons: set[str]
     last = max(i for i, cell in enumerate(graded.cells) if cell.id in wanted)
     left_out = {i: "not run: a run without the hidden tests, for the visible tests' own messages"
                 for i, cell in enumerate(graded.cells) if cell.cell_type == "code" and (
-                    i > last or cell.id in verdicts or any(o.get("ename") == TIMED_OUT for o in cell.outputs)
+                    i > last or cell.id in verdicts or stopped(cell)
                     or (is_test(cell) and HIDDEN.search(cell.source)))}
     second = replace(job, scratch=f"{job.scratch}-visible")
     try:

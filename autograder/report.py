@@ -16,7 +16,7 @@ import nbformat
 from torchcourse.check import answer_cells, grading, test_cells
 
 from .execute import SKIPPED
-from .feedback import NOT_ANSWERED, PAGE_POLICY
+from .feedback import NOT_ANSWERED, PAGE_POLICY, TIMED_OUT
 from .notebook import exercise_name, unanswered
 from .results import STATUSES, formgraders_mean, full_name, shown_id
 from .similarity import clusters
@@ -27,7 +27,7 @@ SIMILAR_SHOWN = 20  # clusters of similar answers shown per exercise, closest fi
 # A test's error that says nothing of the answer but how its run ended, as the group it is listed under: the time
 # limit's (the kernel's KeyboardInterrupt when interrupted, nbgrader's CellTimeoutError, a test not run after another
 # of its exercise was stopped); an answer left as released is feedback.NOT_ANSWERED.
-TIMED_OUT = "stopped at the time limit (or not run, as another test of the exercise was)"
+STOPPED = "stopped at the time limit (or not run, as another test of the exercise was)"
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 60em; color: #222; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; }
@@ -59,8 +59,8 @@ def failure_group(message: str) -> str:
     """The group a failing test's message is listed under: the message itself, or what a time-out's or an unanswered
     exercise's bare error means."""
     ename = message.partition(":")[0]
-    if ename in ("KeyboardInterrupt", "CellTimeoutError", SKIPPED):
-        return TIMED_OUT
+    if ename in ("KeyboardInterrupt", TIMED_OUT, SKIPPED):
+        return STOPPED
     if unanswered(message):
         return NOT_ANSWERED
     return message
