@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 from torchcourse.plots import plot_storage, storage_positions
 from torchcourse.seed import WorkerDraws, seed_everything, seed_worker
 from torchcourse.testing import refused
-from torchcourse.timing import time_it
+from torchcourse.timing import Comparison, compare, time_it
 from torchcourse.widgets import describe, stride_explorer
 
 matplotlib.use("Agg")
@@ -95,6 +95,21 @@ def test_time_it_synchronizes_the_device_around_the_clock(monkeypatch):
     assert time_it(lambda: time.sleep(0.01), "cpu", warmup=0, repeat=3) >= 0.009
     durations = iter([0.05, 0.0, 0.0])
     assert time_it(lambda: time.sleep(next(durations)), "cpu", warmup=0, repeat=3, reduce=min) < 0.04
+
+
+def test_compare_interleaves_the_candidates_and_claims_only_beyond_the_noise():
+    calls = []
+    fast, slow = (lambda: calls.append("fast")), (lambda: (calls.append("slow"), time.sleep(0.004)))
+    result = compare({"fast": fast, "slow": slow}, "cpu", rounds=3, min_time=0.0, warmup=0)
+    timed = calls[-9:]  # one call per candidate and round, the first candidate twice (its noise)
+    assert timed == ["fast", "slow", "fast"] * 3, "rounds alternate the candidates"
+    assert result.speedup("fast", "slow") > 10 and "runs at" in result.verdict("fast", "slow")
+    assert result.seconds["slow"] >= 0.004
+    even = Comparison(seconds={"a": 1.0, "b": 1.04}, noise=0.05)
+    assert "no more than the noise" in even.verdict("a", "b")
+    assert "1.04x" in Comparison(seconds={"a": 1.0, "b": 1.04}, noise=0.01).verdict("a", "b")
+    with pytest.raises(ValueError):
+        compare({}, "cpu")
 
 
 def test_refused_raises_inside_the_block_and_restores_own_and_inherited_attributes():

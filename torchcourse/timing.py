@@ -1,7 +1,9 @@
 """Timing code that runs on a GPU: wait for the device before reading the clock."""
 
+import math
 import statistics
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -36,3 +38,50 @@ def time_it(fn, device, *, warmup: int = 1, repeat: int = 5, number: int = 1, re
         synchronize(device)
         times.append((time.perf_counter() - start) / number)
     return reduce(times)
+
+
+@dataclass
+class Comparison:
+    """Seconds per call of each candidate (the least of interleaved rounds) and how much a timing moves on its own."""
+
+    seconds: dict[str, float]
+    noise: float  # |t1 / t2 - 1| for the first candidate timed twice in every round: the machine's own wobble
+
+    def speedup(self, faster: str, slower: str) -> float:
+        """How many times as fast `faster` ran as `slower` (below 1: it was slower)."""
+        return self.seconds[slower] / self.seconds[faster]
+
+    def verdict(self, new: str, old: str) -> str:
+        """A sentence on `new` against `old` that claims a difference only where it is beyond the noise."""
+        ratio = self.speedup(new, old)
+        if abs(ratio - 1) <= self.noise:
+            return f"{new} and {old} differ by no more than the noise ({self.noise:.0%}) here"
+        return f"{new} runs at {ratio:.2f}x the speed of {old} here (noise {self.noise:.0%})"
+
+
+def compare(candidates: dict, device, *, rounds: int = 5, min_time: float = 0.02, warmup: int = 2) -> Comparison:
+    """Time each of `candidates` (name -> function of no arguments) in `rounds` interleaved rounds.
+
+    Interleaved (a, b, a', a, b, a', ...) so that a busy moment of the machine slows every candidate rather than one;
+    the least time of the rounds, since other programs only ever add time; a' is the first candidate timed again,
+    and its difference from a is the noise a claim must beat. Each round runs enough calls to last about `min_time`
+    seconds, timed by `time_it` (which waits for a GPU). torch.utils.benchmark.Timer is not used here: each of its
+    `timeit` calls runs two warm-up calls first, which would triple the time of a slow step.
+    """
+    if not candidates or rounds < 1:
+        raise ValueError("compare needs at least one candidate and one round")
+    number = {}
+    for name, fn in candidates.items():
+        one_call = time_it(fn, device, warmup=warmup, repeat=1)  # warm-up: allocation, autotuning, compilation
+        number[name] = max(1, math.ceil(min_time / max(one_call, 1e-9)))
+    first = next(iter(candidates))
+    timed, number[_AGAIN] = {**candidates, _AGAIN: candidates[first]}, number[first]
+    least = {name: math.inf for name in timed}
+    for _ in range(rounds):
+        for name, fn in timed.items():
+            least[name] = min(least[name], time_it(fn, device, warmup=0, repeat=1, number=number[name]))
+    noise = abs(least[_AGAIN] / least[first] - 1)
+    return Comparison(seconds={name: least[name] for name in candidates}, noise=noise)
+
+
+_AGAIN = object()  # the key of the first candidate's second timing: no candidate's name can be it
