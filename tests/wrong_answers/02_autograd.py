@@ -72,6 +72,15 @@ def central_difference(f, x, eps=1e-6):
         grad[i] = (f(x + step.view_as(x)) - f(x - step.view_as(x))) / (2 * eps)
     return grad.view_as(x)
 ''',
+        "eps ignored: a fixed step of 1e-6": '''
+def central_difference(f, x, eps=1e-6):
+    grad = torch.empty_like(x).view(-1)
+    for i in range(x.numel()):
+        step = torch.zeros(x.numel(), dtype=x.dtype)
+        step[i] = 1e-6
+        grad[i] = (f(x + step.view_as(x)) - f(x - step.view_as(x))) / 2e-6
+    return grad.view_as(x)
+''',
         "x perturbed in place and left changed": '''
 def central_difference(f, x, eps=1e-6):
     grad = torch.empty_like(x)
@@ -86,6 +95,23 @@ def central_difference(f, x, eps=1e-6):
 ''',
     },
     "ex3_gelu": {
+        "√2 as a one-element CPU tensor: works on the CPU only": '''
+class GELU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 0.5 * (1 + torch.erf(x / torch.tensor([math.sqrt(2)], dtype=x.dtype)))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        cdf = 0.5 * (1 + torch.erf(x / torch.tensor([math.sqrt(2)], dtype=x.dtype)))
+        pdf = torch.exp(-0.5 * x ** 2) / math.sqrt(2 * math.pi)
+        return grad_output * (cdf + x * pdf)
+
+
+gelu = GELU.apply
+''',
         "backward forgets the x·φ(x) term": '''
 class GELU(torch.autograd.Function):
     @staticmethod

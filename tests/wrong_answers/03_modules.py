@@ -166,6 +166,19 @@ def capture_activations(model, x, layer_type=nn.Linear):
             handle.remove()
     return captured
 ''',
+        "clears every forward hook afterwards, the model's own included": '''
+def capture_activations(model, x, layer_type=nn.Linear):
+    captured = {}
+    for name, m in model.named_modules():
+        if isinstance(m, layer_type):
+            m.register_forward_hook(lambda module, inputs, output, name=name: captured.__setitem__(name, output.detach().clone()))
+    try:
+        model(x)
+    finally:
+        for m in model.modules():
+            m._forward_hooks.clear()
+    return captured
+''',
         "matches the exact type, missing subclasses of layer_type": '''
 def capture_activations(model, x, layer_type=nn.Linear):
     captured = {}
