@@ -40,6 +40,9 @@ def time_it(fn, device, *, warmup: int = 1, repeat: int = 5, number: int = 1, re
     return reduce(times)
 
 
+NOISE_FLOOR = 0.02  # two timings of one thing can agree by chance: closer than 2% is never called a difference
+
+
 @dataclass
 class Comparison:
     """Seconds per call of each candidate (the least of interleaved rounds) and how much a timing moves on its own."""
@@ -53,10 +56,10 @@ class Comparison:
 
     def verdict(self, new: str, old: str) -> str:
         """A sentence on `new` against `old` that claims a difference only where it is beyond the noise."""
-        ratio = self.speedup(new, old)
-        if abs(ratio - 1) <= self.noise:
-            return f"{new} and {old} differ by no more than the noise ({self.noise:.0%}) here"
-        return f"{new} runs at {ratio:.2f}x the speed of {old} here (noise {self.noise:.0%})"
+        ratio, noise = self.speedup(new, old), max(self.noise, NOISE_FLOOR)
+        if abs(ratio - 1) <= noise:
+            return f"{new} and {old} differ by no more than the noise ({noise:.0%}) here"
+        return f"{new} runs at {ratio:.2f}x the speed of {old} here (noise {noise:.0%})"
 
 
 def compare(candidates: dict, device, *, rounds: int = 5, min_time: float = 0.02, warmup: int = 2) -> Comparison:

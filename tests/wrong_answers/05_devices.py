@@ -103,6 +103,54 @@ def pick_device(prefer=None):
         raise RuntimeError("the device you asked for is not available")
     return torch.device(prefer)
 ''',
+        "treats every falsy prefer as no preference (if not prefer)": '''
+def pick_device(prefer=None):
+    available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), "cpu": True}
+    if not prefer:
+        return torch.device(next(name for name, ok in available.items() if ok))
+    if prefer not in tuple(available):
+        raise ValueError(prefer)
+    if not available[prefer]:
+        raise RuntimeError(f"{prefer} is not available")
+    return torch.device(prefer)
+''',
+        "looks prefer up in a dict: an unhashable prefer ([]) raises TypeError, not ValueError": '''
+def pick_device(prefer=None):
+    available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), "cpu": True}
+    if prefer is None:
+        return torch.device(next(name for name, ok in available.items() if ok))
+    if prefer not in available:
+        raise ValueError(prefer)
+    if not available[prefer]:
+        raise RuntimeError(f"{prefer} is not available")
+    return torch.device(prefer)
+''',
+        "accepts whatever torch.device accepts ('cuda:0', a torch.device) by its type": '''
+def pick_device(prefer=None):
+    available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), "cpu": True}
+    if prefer is None:
+        return torch.device(next(name for name, ok in available.items() if ok))
+    try:
+        kind = torch.device(prefer).type
+    except (RuntimeError, TypeError):
+        raise ValueError(prefer) from None
+    if kind not in available:
+        raise ValueError(prefer)
+    if not available[kind]:
+        raise RuntimeError(f"{kind} is not available")
+    return torch.device(kind)
+''',
+        "ignores case: 'CPU' is taken for 'cpu'": '''
+def pick_device(prefer=None):
+    available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), "cpu": True}
+    if prefer is None:
+        return torch.device(next(name for name, ok in available.items() if ok))
+    if not isinstance(prefer, str) or prefer.lower() not in available:
+        raise ValueError(prefer)
+    if not available[prefer.lower()]:
+        raise RuntimeError(f"{prefer} is not available")
+    return torch.device(prefer.lower())
+''',
     },
     "ex2_amp_train_step": {
         "clips before unscaling: max_norm applies to the scaled gradients": changed(_AMP, (_UNSCALE_THEN_CLIP, (
@@ -119,6 +167,18 @@ def pick_device(prefer=None):
         "ignores max_grad_norm: never clips": changed(_AMP, ("    if max_grad_norm is not None:\n" + _UNSCALE_THEN_CLIP, "")),
         "ignores dtype: always bfloat16": changed(_AMP, ("dtype=dtype", "dtype=torch.bfloat16")),
         "returns the loss tensor, not a float": changed(_AMP, ("return loss.item()", "return loss.detach()")),
+        "calls model.train() after the forward: the forward runs in the mode the model was in": changed(_AMP, (
+            "    model.train()\n    optimizer.zero_grad()\n    with torch.autocast(device_type, dtype=dtype):\n"
+            "        loss = loss_fn(model(x), y)\n",
+            "    optimizer.zero_grad()\n    with torch.autocast(device_type, dtype=dtype):\n"
+            "        loss = loss_fn(model(x), y)\n    model.train()\n")),
+        "clips each parameter's gradient to max_grad_norm on its own, not their total norm": changed(_AMP, (
+            "        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n",
+            "        for p in model.parameters():\n            torch.nn.utils.clip_grad_norm_(p, max_grad_norm)\n")),
+        "if max_grad_norm: takes max_grad_norm=0.0 for not given": changed(_AMP, (
+            "    if max_grad_norm is not None:", "    if max_grad_norm:")),
+        "computes the loss outside autocast (on the low-precision logits)": changed(_AMP, (
+            "        loss = loss_fn(model(x), y)\n", "        out = model(x)\n    loss = loss_fn(out, y)\n")),
     },
     "ex3_accumulated_amp_step": {
         "zeroes the gradients for every micro-batch: only the last one counts": changed(_ACCUMULATE, (
@@ -139,6 +199,17 @@ def pick_device(prefer=None):
         "no autocast: everything in fp32": changed(_ACCUMULATE, (
             "        with torch.autocast(device_type, dtype=dtype):\n            loss", "        loss")),
         "never calls model.train()": changed(_ACCUMULATE, ("    model.train()\n", "")),
+        "weights each micro-batch's loss by its share of the samples, not 1/K": changed(_ACCUMULATE, (
+            "    total = 0.0\n", "    total = 0.0\n    samples = sum(len(y) for x, y in micro_batches)\n"), (
+            " / len(micro_batches)", " * len(y) / samples")),
+        "returns the mean weighted by the micro-batches' sizes, not the mean of their losses": changed(_ACCUMULATE, (
+            "    total = 0.0\n", "    total = 0.0\n    samples = sum(len(y) for x, y in micro_batches)\n"), (
+            "        total += loss.item()\n", "        total += loss.item() * len(micro_batches) * len(y) / samples\n")),
+        "calls model.train() after the micro-batches: their forwards run in the mode the model was in": changed(
+            _ACCUMULATE, ("    model.train()\n    optimizer.zero_grad()\n", "    optimizer.zero_grad()\n"), (
+            "        total += loss.item()\n", "        total += loss.item()\n    model.train()\n")),
+        "if max_grad_norm: takes max_grad_norm=0.0 for not given": changed(_ACCUMULATE, (
+            "    if max_grad_norm is not None:", "    if max_grad_norm:")),
     },
 }
 
@@ -153,7 +224,7 @@ def pick_device(prefer=None):
             import warnings
             warnings.warn("no GPU found: running on the CPU")
         return torch.device(name)
-    if prefer not in available:
+    if prefer not in tuple(available):
         raise ValueError(f"unknown device {prefer!r}")
     if not available[prefer]:
         raise RuntimeError(f"{prefer} is not available")
