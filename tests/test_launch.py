@@ -298,3 +298,30 @@ def test_nccl_ranks_are_refused_once_cuda_spoiled_fork(monkeypatch, no_children_
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     with pytest.raises(RuntimeError, match="CUDA is already initialised(.|\n)*fork server"):
         launch(describe, 2, 0, backend="nccl", start_method="fork")
+
+
+def records_all_reduces(rank, world_size):
+    """Two all-reduces under AllReduceRecorder, one blocking and one asynchronous, waited on; what was recorded."""
+    from torchcourse.launch import AllReduceRecorder
+    real = dist.all_reduce
+    with AllReduceRecorder() as recorder:
+        recorder.during = "first"
+        blocking = torch.ones(3)
+        dist.all_reduce(blocking)
+        recorder.during = "second"
+        pending = torch.ones(5)
+        handle = dist.all_reduce(pending, dist.ReduceOp.SUM, None, True)  # async_op given by position
+        not_yet = dict(recorder.calls[-1])
+        handle.wait()
+    return {"calls": recorder.calls, "before wait": not_yet, "sums": [blocking, pending],
+            "restored": dist.all_reduce is real, "completed": handle.is_completed()}
+
+
+def test_the_all_reduce_recorder_sees_each_call_its_async_op_and_its_wait(no_children_left):
+    for result in launch(records_all_reduces, 2):
+        assert result["calls"] == [
+            {"elements": 3, "during": "first", "async_op": False, "waited": False},
+            {"elements": 5, "during": "second", "async_op": True, "waited": True}]
+        assert result["before wait"]["waited"] is False, "waited turns True at wait(), not before"
+        assert [t.tolist() for t in result["sums"]] == [[2.0] * 3, [2.0] * 5], "the calls still all-reduce"
+        assert result["restored"] and result["completed"], "dist.all_reduce is put back; the handle is the real one's"

@@ -117,7 +117,7 @@ def plot_checkpoint_tradeoff(kept: dict, peak: dict, flops: dict, seconds: dict)
 
 def plot_scaling(measured: dict):
     """Notebook 06's scaling measurement, three panels: throughput against the ideal W x T(1), the efficiency
-    T(W) / (W T(1)), and each step split into compute (steps under no_sync) and all-reduce.
+    T(W) / (W T(1)), and each step split into compute (steps under no_sync) and the all-reduce backward did not hide.
 
     measured: {world size W: {"samples_per_s": ..., "step_ms": ..., "compute_ms": ...}}, W = 1 included."""
     sizes = sorted(measured)
@@ -136,7 +136,7 @@ def plot_scaling(measured: dict):
     compute = [measured[w]["compute_ms"] for w in sizes]
     communication = [max(measured[w]["step_ms"] - measured[w]["compute_ms"], 0) for w in sizes]
     axes[2].bar([str(w) for w in sizes], compute, label="compute (no_sync)")
-    axes[2].bar([str(w) for w in sizes], communication, bottom=compute, label="all-reduce")
+    axes[2].bar([str(w) for w in sizes], communication, bottom=compute, label="all-reduce not hidden")
     axes[2].set_ylabel("ms per step")
     axes[2].set_xlabel("processes W")
     axes[2].legend(fontsize=8)

@@ -49,6 +49,38 @@ def fsdp_train(rank, world_size, steps, seed):
             "params": {name: p.full_tensor() for name, p in model.named_parameters()}}
 '''
 
+_BUCKETS = '''
+class GradientBuckets:
+    def __init__(self, model, bucket_cap):
+        self.buckets, bucket = [], []
+        for p in reversed([p for p in model.parameters() if p.requires_grad]):
+            bucket.append(p)
+            if sum(q.numel() for q in bucket) >= bucket_cap:
+                self.buckets.append(bucket)
+                bucket = []
+        if bucket:
+            self.buckets.append(bucket)
+        self.arrived = [0] * len(self.buckets)
+        self.pending = []
+        for index, bucket in enumerate(self.buckets):
+            for p in bucket:
+                p.register_post_accumulate_grad_hook(lambda p, index=index: self.gradient_ready(index))
+
+    def gradient_ready(self, index):
+        self.arrived[index] += 1
+        if self.arrived[index] == len(self.buckets[index]):
+            flat = torch.cat([p.grad.flatten() for p in self.buckets[index]])
+            self.pending.append((dist.all_reduce(flat, async_op=True), flat, self.buckets[index]))
+
+    def finish(self):
+        for handle, flat, bucket in self.pending:
+            handle.wait()
+            flat /= dist.get_world_size()
+            for p, mean in zip(bucket, flat.split([p.numel() for p in bucket])):
+                p.grad.copy_(mean.view_as(p.grad))
+        self.pending, self.arrived = [], [0] * len(self.buckets)
+'''
+
 WRONG = {
     "ex1_average_gradients": {
         "sums instead of averaging": '''
@@ -76,6 +108,13 @@ def average_gradients(model):
     for p in model.parameters():
         dist.all_reduce(p.grad)
         p.grad /= dist.get_world_size()
+''',
+        "divides by 2, the world size of the visible test, not dist.get_world_size()": '''
+def average_gradients(model):
+    for p in model.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad)
+            p.grad /= 2
 ''',
     },
     "ex2_ddp_train": {
@@ -119,6 +158,12 @@ def scaling_efficiency(throughput):
 def scaling_efficiency(throughput):
     return {w: t / (w * throughput[1]) for w, t in throughput.items()}
 ''',
+        "leaves world size 1 out of the result": '''
+def scaling_efficiency(throughput):
+    if 1 not in throughput:
+        raise ValueError("throughput[1] is missing")
+    return {w: t / (w * throughput[1]) for w, t in throughput.items() if w != 1}
+''',
     },
     "ex4_fsdp_train": {
         "local_numel counts p.numel(): a DTensor's numel is the whole parameter's":
@@ -133,6 +178,44 @@ def scaling_efficiency(throughput):
             "    for layer in model:\n        if isinstance(layer, nn.Linear):\n            fully_shard(layer, mesh=mesh)\n", "")),
         "no mesh: fully_shard's default follows the machine's accelerator, CUDA on a GPU machine":
             _FSDP_TRAIN.replace(", mesh=mesh", "").replace('    mesh = init_device_mesh("cpu", (world_size,))\n', ""),
+        "a mesh on CUDA whenever torch.cuda.is_available(), though the ranks use gloo": changed(
+            _FSDP_TRAIN, ('init_device_mesh("cpu",', 'init_device_mesh("cuda" if torch.cuda.is_available() else "cpu",')),
+        "a mesh on torch.accelerator.current_accelerator(), though the ranks use gloo": changed(_FSDP_TRAIN, (
+            'init_device_mesh("cpu",', 'init_device_mesh((torch.accelerator.current_accelerator() or torch.device("cpu")).type,')),
+        "every rank trains on all 48 samples of the step (same parameters: the mean of equal means)": changed(
+            _FSDP_TRAIN, ("X_all[rows].chunk(world_size)[rank], y_all[rows].chunk(world_size)[rank]", "X_all[rows], y_all[rows]")),
+        "every world_size-th sample, not this rank's chunk (same parameters: equal parts)": changed(_FSDP_TRAIN, (
+            "X_all[rows].chunk(world_size)[rank], y_all[rows].chunk(world_size)[rank]",
+            "X_all[rows][rank::world_size], y_all[rows][rank::world_size]")),
+    },
+    "ex5_gradient_buckets": {
+        "all-reduces each bucket after backward, in finish(): nothing overlaps":
+            changed(_BUCKETS, ("            flat = torch.cat([p.grad.flatten() for p in self.buckets[index]])\n"
+                               "            self.pending.append((dist.all_reduce(flat, async_op=True), flat, self.buckets[index]))\n",
+                               "            self.pending.append(self.buckets[index])\n"),
+                    ("        for handle, flat, bucket in self.pending:\n            handle.wait()\n",
+                     "        for bucket in self.pending:\n            flat = torch.cat([p.grad.flatten() for p in bucket])\n"
+                     "            dist.all_reduce(flat)\n")),
+        "a blocking all-reduce in the hook (no async_op): backward waits for each bucket":
+            changed(_BUCKETS, ("dist.all_reduce(flat, async_op=True), flat", "dist.all_reduce(flat), flat"),
+                    ("            handle.wait()\n", "")),
+        "sums, never divides by the world size": changed(_BUCKETS, ("            flat /= dist.get_world_size()\n", "")),
+        "drops the last, partial bucket: its parameters are never averaged":
+            changed(_BUCKETS, ("        if bucket:\n            self.buckets.append(bucket)\n", "")),
+        "never waits for the all-reduces": changed(_BUCKETS, ("            handle.wait()\n", "")),
+        "buckets in forward order: the first bucket fills last": changed(
+            _BUCKETS, ("reversed([p for p in model.parameters() if p.requires_grad])",
+                       "[p for p in model.parameters() if p.requires_grad]")),
+        "closes a bucket only past its cap (more than bucket_cap)": changed(_BUCKETS, (">= bucket_cap", "> bucket_cap")),
+        "one all-reduce per parameter, not per bucket": changed(_BUCKETS, (
+            "            flat = torch.cat([p.grad.flatten() for p in self.buckets[index]])\n"
+            "            self.pending.append((dist.all_reduce(flat, async_op=True), flat, self.buckets[index]))\n",
+            "            for p in self.buckets[index]:\n"
+            "                self.pending.append((dist.all_reduce(p.grad, async_op=True), p.grad.flatten(), [p]))\n")),
+        "never resets the counts: the second backward sends nothing": changed(
+            _BUCKETS, ("        self.pending, self.arrived = [], [0] * len(self.buckets)\n", "        self.pending = []\n")),
+        "includes frozen parameters in the buckets": changed(
+            _BUCKETS, ("reversed([p for p in model.parameters() if p.requires_grad])", "reversed(list(model.parameters()))")),
     },
 }
 
