@@ -162,6 +162,14 @@ class DigitsDataset(Dataset):
         return torch.from_numpy(self.table[i, :64]).float() / 16, torch.tensor(self.table[i, 64])
 ''',
         "the header row not skipped": _DIGITS.replace("skiprows=1, ", ""),
+        "labels of shape (1,) (a slice 64:65), not scalars": _changed(
+            _DIGITS, "self.labels = torch.from_numpy(table[:, 64])", "self.labels = torch.from_numpy(table[:, 64:65])"),
+        "pixels kept as integers in __init__, scaled in __getitem__ with .float() / 16 on every read": _changed(_changed(
+            _DIGITS, "self.features = torch.from_numpy(table[:, :64]).float() / 16", "self.features = torch.from_numpy(table[:, :64])"),
+            "return self.features[i], self.labels[i]", "return self.features[i].float() / 16, self.labels[i]"),
+        "float32 made in __init__, scaled in __getitem__ (a new tensor on every read)": _changed(_changed(
+            _DIGITS, "self.features = torch.from_numpy(table[:, :64]).float() / 16", "self.features = torch.from_numpy(table[:, :64]).float()"),
+            "return self.features[i], self.labels[i]", "return self.features[i] * (1 / 16), self.labels[i]"),
     },
     "ex2_pad_collate": {
         "sorted by length, losing the input order": _PAD.replace(
@@ -183,6 +191,7 @@ class DigitsDataset(Dataset):
             "mask = torch.arange(padded.shape[1]) < lengths[:, None]", "mask = torch.arange(padded.shape[1])[:, None] < lengths"),
         "the mask taken from the values (padded != 0), wrong when a sequence holds 0": _PAD.replace(
             "mask = torch.arange(padded.shape[1]) < lengths[:, None]", "mask = padded != 0"),
+        "lengths as int32": _changed(_PAD, "dtype=torch.int64)\n    padded", "dtype=torch.int32)\n    padded"),
         "lengths as a Python list": _PAD.replace(
             "return padded, lengths, mask,", "return padded, lengths.tolist(), mask,"),
         "labels stacked, which fails on Python ints": _PAD.replace(
@@ -205,6 +214,8 @@ class DigitsDataset(Dataset):
         "evaluate averages the batch means": _TRAIN + _EVALUATE.replace(
             "total += loss_fn(out, yb).item() * len(yb)", "total += loss_fn(out, yb).item()").replace(
             "return total / count, correct / count", "return total / len(loader), correct / count"),
+        "evaluate returns 0-dim tensors, not Python floats": _TRAIN + _changed(
+            _EVALUATE, "return total / count, correct / count", "return torch.tensor(total / count), torch.tensor(correct / count)"),
         "evaluate returns the number of correct answers": _TRAIN + _EVALUATE.replace(
             "return total / count, correct / count", "return total / count, correct"),
         "evaluate ends with model.train(), whatever mode the model came in": _TRAIN + _changed(
@@ -252,6 +263,10 @@ def accumulate_gradients(model, loss_fn, x, y, micro_batch):
             _changed(_LR_FIND, "if i == 0 or smooth == 0 else", "if i == 0 else"),
         "no stop when the loss diverges": _changed(
             _LR_FIND, "            if not math.isfinite(value) or value > diverge * min(losses):\n                break\n", ""),
+        "divergence measured against the first loss, not the lowest so far": _changed(
+            _LR_FIND, "value > diverge * min(losses)", "value > diverge * losses[0]"),
+        "an error in a step swallowed: the points recorded so far returned": _changed(
+            _LR_FIND, "    finally:\n", "    except Exception:\n        pass\n    finally:\n"),
         "no stop on nan (only the divergence test)": _changed(_LR_FIND, "if not math.isfinite(value) or value >", "if value >"),
         "the point that stops the run not recorded": _changed(
             _LR_FIND,
@@ -330,6 +345,22 @@ def suggest_lr(lrs, losses, skip_start=10, skip_end=5):
             "return float(kept[int(np.argmin(slopes))][0])", "return float(skip_start + int(np.argmin(slopes)))"),
         "the error message without the counts": _SUGGEST.replace(
             'f"need at least 2 finite points after skipping, got {len(kept)}"', '"not enough points"'),
+        "the gradient of all the losses, taken before any point is dropped (then the steepest kept point)": '''
+def suggest_lr(lrs, losses, skip_start=10, skip_end=5):
+    slopes = np.gradient(np.array(losses, dtype=float))
+    kept = [i for i in range(skip_start, len(losses) - skip_end) if math.isfinite(losses[i])]
+    if len(kept) < 2:
+        raise ValueError(f"need at least 2 finite points after skipping, got {len(kept)}")
+    return float(lrs[min(kept, key=lambda i: slopes[i])])
+''',
+        "the last of several tied points, not the first": _changed(
+            _SUGGEST, "return float(kept[int(np.argmin(slopes))][0])",
+            "return float(kept[len(slopes) - 1 - int(np.argmin(slopes[::-1]))][0])"),
+        "the gradient taken against the learning rates, not with numpy.gradient's default spacing": _changed(
+            _SUGGEST, "slopes = np.gradient(np.array([loss for _, loss in kept]))",
+            "slopes = np.gradient(np.array([loss for _, loss in kept]), np.array([lr for lr, _ in kept]))"),
+        "returns a NumPy float64, not a Python float": _changed(
+            _SUGGEST, "return float(kept[int(np.argmin(slopes))][0])", "return np.float64(kept[int(np.argmin(slopes))][0])"),
         "no check: NumPy's own error": _SUGGEST.replace(
             "    if len(kept) < 2:\n        raise ValueError(f\"need at least 2 finite points after skipping, got {len(kept)}\")\n", ""),
     },

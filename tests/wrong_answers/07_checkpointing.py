@@ -100,6 +100,8 @@ WRONG = {
             _SAVE,
             ('            f.flush()\n            os.fsync(f.fileno())\n', ''),
             (_DIRSYNC, '')),
+        "the folder opened for its fsync and never closed: one descriptor leaked per checkpoint": changed(
+            _SAVE, (_DIRSYNC, '    os.fsync(os.open(folder, os.O_RDONLY))\n')),
         "the file is synced but not its folder: the rename itself may not reach the disk": changed(
             _SAVE, (_DIRSYNC, '')),
         'fsync before writing: the empty temporary file is synced, then written': changed(
@@ -126,6 +128,20 @@ def load_checkpoint(path, *, model, optimizer=None, scheduler=None, scaler=None,
 def load_checkpoint(path, *, model, optimizer=None, scheduler=None, scaler=None, map_location="cpu"):
     try:
         state = torch.load(path, map_location=map_location)
+    except Exception as err:
+        raise RuntimeError(f"cannot load {path}: {err}") from err
+    model.load_state_dict(state["model"])
+    for obj, key in ((optimizer, "optimizer"), (scheduler, "scheduler"), (scaler, "scaler")):
+        if obj is not None and state[key] is not None:
+            obj.load_state_dict(state[key])
+    torch.set_rng_state(state["rng"]["torch"].cpu())
+    random.setstate(state["rng"]["python"])
+    return state
+''',
+        "map_location ignored: every file loaded onto the CPU": '''
+def load_checkpoint(path, *, model, optimizer=None, scheduler=None, scaler=None, map_location="cpu"):
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
         raise RuntimeError(f"cannot load {path}: {err}") from err
     model.load_state_dict(state["model"])
@@ -215,6 +231,8 @@ def load_checkpoint(path, *, model, optimizer=None, scheduler=None, scaler=None,
         'resume=False ignored: an existing checkpoint is always restored': changed(
             _FIT,
             ('    if resume and os.path.exists(ckpt_path):\n', '    if os.path.exists(ckpt_path):\n')),
+        "the loss scaled by the loader's batch size before backward: Adam almost hides it, not in the parameters' last bits":
+            changed(_FIT, ('            loss.backward()\n', '            (loss * loader.batch_size).backward()\n')),
         'one checkpoint, after the last epoch only: a crash in between loses the whole run': changed(
             _FIT,
             ('        save_checkpoint(ckpt_path, model=model, optimizer=optimizer, epoch=epoch + 1)\n', ''),
@@ -410,6 +428,13 @@ def load_single(path, model, optimizer):
              '    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}\n'),
             ('    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])\n',
              '    model.load_state_dict(state["model"])\n')),
+        'the dict saved under other names ("net", "opt"): it round-trips, but is not the checkpoint the statement names':
+            changed(_DIST,
+                    ('    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=path)\n',
+                     '    dcp.save({"net": model_state, "opt": optimizer_state}, checkpoint_id=path)\n'),
+                    ('    state = {"model": model_state, "optimizer": optimizer_state}\n', '    state = {"net": model_state, "opt": optimizer_state}\n'),
+                    ('optim_state_dict=state["optimizer"]', 'optim_state_dict=state["opt"]'),
+                    ('model_state_dict=state["model"]', 'model_state_dict=state["net"]')),
         "load_single loads the two state dicts one by one: the checkpoint holds them under model. and optimizer.": changed(
             _DIST,
             ('    state = {"model": model_state, "optimizer": optimizer_state}\n    dcp.load(state, checkpoint_id=path)\n'
