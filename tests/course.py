@@ -103,10 +103,10 @@ def changed(right: str, *changes: tuple[str, str]) -> str:
 
 
 def wrong_answers(assignment: str) -> dict:
-    """The assignment's catalogue in tests/wrong_answers/: WRONG and NOISY_BUT_RIGHT, {grade_id: {why: code}}."""
+    """The assignment's catalogue in tests/wrong_answers/: WRONG and ALSO_RIGHT, {grade_id: {why: code}}."""
     path = ROOT / "tests" / "wrong_answers" / f"{assignment}.py"
     # A missing catalogue is reported by test_wrong_answer_catalogue_covers_every_exercise, not by a collection error.
-    return runpy.run_path(str(path)) if path.exists() else {"WRONG": {}, "NOISY_BUT_RIGHT": {}}
+    return runpy.run_path(str(path)) if path.exists() else {"WRONG": {}, "ALSO_RIGHT": {}}
 
 
 def execute(path: Path, timeout: int = 120) -> tuple[nbformat.NotebookNode, float]:

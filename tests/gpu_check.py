@@ -1,12 +1,15 @@
 """`make gpu-check`: on a CUDA machine, run every solution notebook and every test of the suite that has a CUDA branch,
 then write a short Markdown report: each notebook's time, peak GPU memory and CUDA cells, each CUDA test passed or
-failed.
+failed, and notebook 08's own checks (tests/capstone_gpu.py): its fully masked attention rows on each of CUDA's SDPA
+kernels, a CUDA memory snapshot of its training steps (a file beside the report), and its section 12's table of
+techniques as the notebook printed it on the GPU.
 
     python tests/gpu_check.py [--out report.md] [--timeout SECONDS_PER_CELL] [--only 05_devices ...] [--jobs N]
                               [--executed FOLDER]
 
 Where `torch.cuda.is_available()` is False it refuses at once, with exit status 2 and a message saying why: the CPU
-runs of these branches are what `make test` does already. Exit status 1 when a notebook or a CUDA test failed.
+runs of these branches are what `make test` does already. Exit status 1 when a notebook or a CUDA test failed, or a
+kernel gave NaN (or anything but zeros) where 08 promises zeros.
 
 What counts as a CUDA branch:
 - in a notebook, every code cell whose source names `cuda` (the lessons' `if device.type == "cuda"` and the tests'
@@ -32,6 +35,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+import capstone_gpu
 from course import ROOT, assignments, read, source_path
 
 CUDA = re.compile(r"\bcuda\b", re.IGNORECASE)
@@ -104,7 +108,8 @@ def run_notebook(path: Path, timeout: int, executed: Path | None = None) -> dict
     ran = {cell.id for cell in nb.cells if cell.cell_type == "code" and cell.get("execution_count") is not None}
     cells = {cid: ("failed" if cid in errors else "passed" if cid in ran else "not run") for cid in cuda_cells(read(path))}
     return {"notebook": path.relative_to(ROOT).as_posix(), "seconds": seconds, "stopped": stopped, "errors": errors,
-            "stderr": stderr, "cuda_cells": cells, "peak_bytes": probe.get("peak_bytes"), "cuda_used": probe.get("cuda_used")}
+            "stderr": stderr, "cuda_cells": cells, "peak_bytes": probe.get("peak_bytes"), "cuda_used": probe.get("cuda_used"),
+            "table": capstone_gpu.table_text(nb)}
 
 
 def start_tests(node_ids: list[str], folder: Path) -> subprocess.Popen:
@@ -133,8 +138,8 @@ def read_outcomes(node_ids: list[str], folder: Path) -> list[dict]:
     return cases
 
 
-def report(device: str, notebooks: list[dict], tests: list[dict]) -> str:
-    """The Markdown report."""
+def report(device: str, notebooks: list[dict], tests: list[dict], capstone: list[str] = ()) -> str:
+    """The Markdown report; `capstone`: the lines of notebook 08's section (capstone_gpu.report_lines)."""
     lines = [f"# make gpu-check, {time.strftime('%Y-%m-%d %H:%M')}", "", f"Device: {device}", "",
              "## Solution notebooks", "",
              "| notebook | time (s) | peak GPU memory (MiB) | errors | CUDA cells passed |",
@@ -161,6 +166,7 @@ def report(device: str, notebooks: list[dict], tests: list[dict]) -> str:
                   for t in tests]
     else:
         lines.append("none found")
+    lines += ["", *capstone] if capstone else []
     failed_nb = sum(bool(nb["errors"] or nb["stopped"]) for nb in notebooks)
     failed_tests = sum(t["outcome"] in ("failed", "error") for t in tests)
     lines += ["", f"**Summary:** {len(notebooks) - failed_nb} of {len(notebooks)} notebooks ran cleanly; "
@@ -205,10 +211,17 @@ def main(argv=None) -> int:
             (pytest_run or start_tests(nodes, Path(folder))).wait()
         tests = read_outcomes(nodes, Path(folder))
     out = args.out or Path(tempfile.gettempdir()) / f"gpu-check-{time.strftime('%Y%m%d-%H%M%S')}.md"
-    out.write_text(report(device, notebooks, tests))
+    capstone, masked = [], {}
+    if "08_capstone" in (args.only or assignments()):
+        print("  notebook 08: masked rows on each SDPA kernel, a memory snapshot", flush=True)
+        masked = capstone_gpu.masked_rows("cuda")
+        snapshot = capstone_gpu.memory_snapshot("cuda", out.with_suffix(".snapshot.pickle"))
+        table = next((nb["table"] for nb in notebooks if "08_capstone" in nb["notebook"]), None)
+        capstone = capstone_gpu.report_lines(masked, snapshot, table)
+    out.write_text(report(device, notebooks, tests, capstone))
     print(f"report: {out}")
     failed = any(nb["errors"] or nb["stopped"] for nb in notebooks) or any(t["outcome"] in ("failed", "error") for t in tests)
-    return 1 if failed else 0
+    return 1 if failed or capstone_gpu.failed(masked) else 0
 
 
 if __name__ == "__main__":

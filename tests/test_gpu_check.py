@@ -1,11 +1,14 @@
-"""`make gpu-check` (tests/gpu_check.py): it refuses on a machine without CUDA, finds the CUDA branches, reports."""
+"""`make gpu-check` (tests/gpu_check.py): it refuses on a machine without CUDA, finds the CUDA branches, reports, and
+runs notebook 08's own checks (tests/capstone_gpu.py) where it can on the CPU."""
 
 import subprocess
 import sys
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+import capstone_gpu
 import gpu_check
 from course import ROOT, read, source_path
 
@@ -61,3 +64,57 @@ def test_runs_notebooks_at_once_and_keeps_each_with_its_outputs(tmp_path, monkey
         assert f"| solutions/{name}/{name}.ipynb |" in text
         executed = read(kept / f"{name}.ipynb")
         assert all(c.execution_count for c in executed.cells if c.cell_type == "code"), name
+
+
+def test_capstone_masked_rows_are_zeros_on_the_cpu_kernels():
+    """The check `make gpu-check` runs on CUDA's kernels, run on the CPU's: the math kernel and the CPU's flash one."""
+    rows = capstone_gpu.masked_rows("cpu")
+    assert rows["default float32"] == rows["MATH float32"] == rows["FLASH_ATTENTION float32"] == "zeros", rows
+    assert rows["EFFICIENT_ATTENTION float32"].startswith("not run: "), rows  # a CUDA kernel: refused, and said so
+    assert capstone_gpu.failed(rows) == []
+
+
+def test_capstone_masked_rows_see_nan_and_nonzero_rows(monkeypatch):
+    """The check can fail: an attention that leaves NaN in the rows with no key, and one that averages every value."""
+    names = capstone_gpu.capstone()
+
+    def softmax_over_nothing(q, k, v, key_mask=None):  # -inf everywhere in a row: NaN, the bug of pytorch#110213
+        allowed = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool).tril() & key_mask[:, None, None, :]
+        scores = (q @ k.transpose(-2, -1)).masked_fill(~allowed, float("-inf"))
+        return scores.softmax(dim=-1) @ v
+
+    def no_mask(q, k, v, key_mask=None):
+        return F.scaled_dot_product_attention(q, k, v) + 0 * key_mask.sum()
+
+    for attention, verdict in ((softmax_over_nothing, "NaN"), (no_mask, "not zeros")):
+        monkeypatch.setattr(capstone_gpu, "capstone", lambda: {**names, "attention": attention})
+        rows = capstone_gpu.masked_rows("cpu")
+        assert rows["default float32"] == rows["MATH float32"] == verdict, rows
+        assert "default float32" in capstone_gpu.failed(rows) and "MATH float32" not in capstone_gpu.failed(rows)
+
+
+def test_capstone_snapshot_and_table_in_the_report(tmp_path):
+    assert capstone_gpu.memory_snapshot("cpu", tmp_path / "s.pickle") == {
+        "skipped": "no snapshot on cpu: the allocator history is CUDA's"}
+    assert not (tmp_path / "s.pickle").exists()
+    executed = {"cells": [
+        {"id": "payoff-table-code", "outputs": [{"output_type": "stream", "name": "stdout", "text": "eager fp32  1,000\n"},
+                                                {"output_type": "stream", "name": "stderr", "text": "a warning\n"}]},
+        {"id": "payoff-why-code", "outputs": [{"output_type": "stream", "name": "stdout", "text": ["- torch.compile: ", "2.00x\n"]}]},
+        {"id": "train-code", "outputs": [{"output_type": "stream", "name": "stdout", "text": "step 1\n"}]}]}
+    table = capstone_gpu.table_text(executed)
+    assert table == "eager fp32  1,000\n- torch.compile: 2.00x\n"
+    snapshot = {"path": "/tmp/r.snapshot.pickle", "bytes": 3 * 2**20, "peak_bytes": 40 * 2**20}
+    rows = {"default float16": "zeros", "CUDNN_ATTENTION float16": "NaN"}
+    assert capstone_gpu.failed(rows) == []  # a kernel torch does not pick, forced: reported, not failed
+    lines = capstone_gpu.report_lines(rows, snapshot, table)
+    text = gpu_check.report("a GPU", [], [], lines)
+    assert "| default float16 | zeros |" in text and "| CUDNN_ATTENTION float16 | NaN |" in text
+    assert "`/tmp/r.snapshot.pickle` (3.0 MiB; peak allocated 40 MiB)" in text
+    assert "```\neager fp32  1,000\n- torch.compile: 2.00x\n```" in text
+    assert "printed nothing" in "\n".join(capstone_gpu.report_lines(None, None, ""))
+
+
+def test_the_capstone_check_names_cells_the_notebook_has():
+    ids = {cell.id for cell in read(source_path("08_capstone")).cells}
+    assert set(capstone_gpu.LESSON_CELLS) <= ids and set(capstone_gpu.TABLE_CELLS) <= ids

@@ -105,13 +105,13 @@ def independent_answers(assignment: str, gid: str) -> list[str]:
     """The exercise's answers in the course's catalogue that were written independently of each other.
 
     The solution, then each catalogued entry that shares less than half its lines (names aside) with every answer
-    kept so far. A WRONG entry is the catalogue's right answer changed by one flaw (tests/course.py `changed`) and a
-    NOISY_BUT_RIGHT one a right answer with a print or a warning added: near-copies by construction, of each other
-    or of the solution, which a detector ought to find similar, so they are left out here. What remains is what
+    kept so far. A WRONG entry is mostly the catalogue's right answer changed by one flaw (tests/course.py `changed`)
+    and an ALSO_RIGHT one often a right answer with a print or a warning added: near-copies by construction, of each
+    other or of the solution, which a detector ought to find similar, so they are left out here. What remains is what
     honest students turn in: one question answered in different ways.
     """
     catalogue = wrong_answers(assignment)
-    entries = [*catalogue["WRONG"].get(gid, {}).values(), *catalogue["NOISY_BUT_RIGHT"].get(gid, {}).values()]
+    entries = [*catalogue["WRONG"].get(gid, {}).values(), *catalogue["ALSO_RIGHT"].get(gid, {}).values()]
     kept = [solution_answers(assignment)[gid]]
     for entry in entries:
         if all(line_overlap(entry, other) < 0.5 for other in kept):

@@ -108,6 +108,7 @@ def test_compare_interleaves_the_candidates_and_claims_only_beyond_the_noise():
     even = Comparison(seconds={"a": 1.0, "b": 1.04}, noise=0.05)
     assert "no more than the noise" in even.verdict("a", "b")
     assert "1.04x" in Comparison(seconds={"a": 1.0, "b": 1.04}, noise=0.01).verdict("a", "b")
+    assert [even.direction(r) for r in (1.06, 1.04, 0.96, 0.94)] == [1, 0, 0, -1]
     assert "no more than the noise (2%)" in Comparison(seconds={"a": 1.0, "b": 1.01}, noise=0.0).verdict("a", "b")
     with pytest.raises(ValueError):
         compare({}, "cpu")

@@ -54,10 +54,15 @@ class Comparison:
         """How many times as fast `faster` ran as `slower` (below 1: it was slower)."""
         return self.seconds[slower] / self.seconds[faster]
 
+    def direction(self, ratio: float) -> int:
+        """1 where a speed ratio (new over old) is above 1 beyond the noise, -1 below it, 0 where the noise cannot tell."""
+        noise = max(self.noise, NOISE_FLOOR)
+        return 0 if abs(ratio - 1) <= noise else 1 if ratio > 1 else -1
+
     def verdict(self, new: str, old: str) -> str:
         """A sentence on `new` against `old` that claims a difference only where it is beyond the noise."""
         ratio, noise = self.speedup(new, old), max(self.noise, NOISE_FLOOR)
-        if abs(ratio - 1) <= noise:
+        if not self.direction(ratio):
             return f"{new} and {old} differ by no more than the noise ({noise:.0%}) here"
         return f"{new} runs at {ratio:.2f}x the speed of {old} here (noise {noise:.0%})"
 

@@ -1,4 +1,5 @@
-"""Notebook 01: plausible wrong answers (each must lose its exercise's points) and right answers that write to stderr."""
+"""Notebook 01: plausible wrong answers (each must lose its exercise's points) and right answers other than the
+solution (other readings of the statement, answers that write to stderr)."""
 
 WRONG = {
     "ex1_row_major_strides": {
@@ -162,7 +163,7 @@ def sliding_window(x, size, step=1, dilation=1):
     },
 }
 
-NOISY_BUT_RIGHT = {
+ALSO_RIGHT = {
     "ex1_row_major_strides": {
         "prints debugging output to stderr": '''
 import sys

@@ -1,4 +1,5 @@
-"""Notebook 02: plausible wrong answers (each must lose its exercise's points) and right answers that write to stderr."""
+"""Notebook 02: plausible wrong answers (each must lose its exercise's points) and right answers other than the
+solution (other readings of the statement, answers that write to stderr)."""
 
 WRONG = {
     "ex1_manual_backward": {
@@ -233,7 +234,7 @@ gelu_tanh = GELUTanh.apply
     },
 }
 
-NOISY_BUT_RIGHT = {
+ALSO_RIGHT = {
     "ex1_manual_backward": {
         "prints the shapes to stderr": '''
 import sys

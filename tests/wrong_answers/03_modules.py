@@ -1,4 +1,5 @@
-"""Notebook 03: plausible wrong answers (each must lose its exercise's points) and right answers that write to stderr."""
+"""Notebook 03: plausible wrong answers (each must lose its exercise's points) and right answers other than the
+solution (other readings of the statement, answers that write to stderr)."""
 
 WRONG = {
     "ex1_glu": {
@@ -226,7 +227,7 @@ class Standardize(nn.Module):
     },
 }
 
-NOISY_BUT_RIGHT = {
+ALSO_RIGHT = {
     "ex1_glu": {
         "warns with warnings.warn on every forward pass": '''
 import warnings

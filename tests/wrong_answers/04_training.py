@@ -1,4 +1,5 @@
-"""Notebook 04: plausible wrong answers (each must lose its exercise's points) and right answers that write to stderr."""
+"""Notebook 04: plausible wrong answers (each must lose its exercise's points) and right answers other than the
+solution (other readings of the statement, answers that write to stderr)."""
 
 _TRAIN = '''
 def train_one_epoch(model, loader, loss_fn, optimizer, device, max_grad_norm=None):
@@ -366,7 +367,7 @@ def suggest_lr(lrs, losses, skip_start=10, skip_end=5):
     },
 }
 
-NOISY_BUT_RIGHT = {
+ALSO_RIGHT = {
     "ex4_accumulate_gradients": {
         "prints each chunk to stderr": '''
 import sys

@@ -1,4 +1,5 @@
-"""Notebook 05: plausible wrong answers (each must lose its exercise's points) and right answers that write to stderr."""
+"""Notebook 05: plausible wrong answers (each must lose its exercise's points) and right answers other than the
+solution (other readings of the statement, answers that write to stderr)."""
 
 from course import changed
 
@@ -213,7 +214,7 @@ def pick_device(prefer=None):
     },
 }
 
-NOISY_BUT_RIGHT = {
+ALSO_RIGHT = {
     "ex1_pick_device": {
         "warns when it falls back to the CPU": '''
 def pick_device(prefer=None):

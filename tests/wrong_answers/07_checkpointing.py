@@ -1,4 +1,5 @@
-"""Notebook 07: plausible wrong answers (each must lose its exercise's points) and right answers that write to stderr
+"""Notebook 07: plausible wrong answers (each must lose its exercise's points) and right answers other than the
+solution (other readings of the statement, answers that write to stderr)
 (some also take a choice the statement leaves open, so that the suite proves the tests accept it)."""
 
 from course import changed
@@ -444,7 +445,7 @@ def load_single(path, model, optimizer):
     },
 }
 
-NOISY_BUT_RIGHT = {
+ALSO_RIGHT = {
     "ex1_save_checkpoint": {
         "prints what it saves to stderr": "\nimport sys\n" + changed(
             _SAVE, ('    fd, tmp = tempfile.mkstemp(dir=folder)\n',

@@ -1,4 +1,5 @@
-"""Notebook 08: plausible wrong answers (each must lose its exercise's points) and right answers that write to stderr
+"""Notebook 08: plausible wrong answers (each must lose its exercise's points) and right answers other than the
+solution (other readings of the statement, answers that write to stderr)
 (each also takes another road than the solution, so that the suite proves the tests accept it)."""
 
 from course import changed
@@ -100,6 +101,11 @@ WRONG = {
         "the scores computed in float32 whatever the inputs' dtype": changed(
             _ATTENTION, ("    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])\n",
                          "    scores = (q.float() @ k.float().transpose(-2, -1)) / math.sqrt(q.shape[-1])\n")),
+        "an additive -inf mask, then nan_to_num: zeros out where no key is allowed, but NaN gradients": changed(
+            _ATTENTION, ('    weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)\n'
+                         '    return weights.masked_fill(~allowed, 0.0) @ v\n',
+                         '    bias = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill(~allowed, float("-inf"))\n'
+                         '    return torch.softmax(scores + bias, dim=-1).nan_to_num(0.0) @ v\n')),
         "F.scaled_dot_product_attention called instead of written out": '''
 def masked_causal_attention(q, k, v, key_mask=None):
     return attention(q, k, v, key_mask)
@@ -116,6 +122,8 @@ def masked_causal_attention(q, k, v, key_mask=None):
             _STEP, ("    scaler.unscale_(optimizer)\n    nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n",
                     "    nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n    scaler.unscale_(optimizer)\n")),
         "no zero_grad: stale gradients join the step": changed(_STEP, ("    optimizer.zero_grad()\n", "")),
+        "autocast to bfloat16 whatever dtype is asked for": changed(
+            _STEP, ("torch.autocast(device_type, dtype=dtype)", "torch.autocast(device_type, dtype=torch.bfloat16)")),
         "no autocast: the forward runs in float32": changed(
             _STEP, ("        with torch.autocast(device_type, dtype=dtype):\n            loss = ",
                     "        if True:\n            loss = ")),
@@ -137,6 +145,8 @@ def masked_causal_attention(q, k, v, key_mask=None):
         "the operator called most often": _ranked_by("event.count"),
         "the longest time per call instead of the total over calls": _ranked_by("event.self_cpu_time_total / event.count"),
         "no warm-up call: the first call's set-up is profiled": changed(_DOMINANT, ("    fn(*args)\n    with", "    with")),
+        "aten:: operators only: a record_function label with the most self time is passed over": changed(
+            _DOMINANT, ("max(prof.key_averages(),", "max([e for e in prof.key_averages() if e.key.startswith(\"aten::\")],")),
         "the first operator of the profile": changed(
             _DOMINANT, ("    return max(prof.key_averages(), key=lambda event: event.self_cpu_time_total).key\n",
                         "    return prof.key_averages()[0].key\n")),
@@ -156,7 +166,7 @@ def masked_causal_attention(q, k, v, key_mask=None):
 }
 
 
-NOISY_BUT_RIGHT = {
+ALSO_RIGHT = {
     "ex1_masked_attention": {
         "prints the shapes to stderr, and zeroes empty rows with torch.where after a finite fill": '''
 import sys
