@@ -138,3 +138,16 @@ def skip_marking_problems(nb, assignment: str) -> list[str]:
 def test_cells_skipped_in_grading_define_nothing_graded_cells_use(assignment):
     problems = skip_marking_problems(read(source_path(assignment)), assignment)
     assert not problems, "\n".join(problems)
+
+
+LESSON_CELL_LINES = 40  # the developers' guide: cells under 40 lines
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_lesson_and_answer_cells_are_under_40_lines(assignment):
+    """What a student reads and writes stays short: lesson cells and answers (the graded test cells are not held to it
+    yet: several of 04-08's run to 50-90 lines)."""
+    long = {cell.id: len(cell.source.splitlines()) for cell in read(source_path(assignment)).cells
+            if cell.cell_type == "code" and not grading(cell).get("grade")
+            and len(cell.source.splitlines()) >= LESSON_CELL_LINES}
+    assert not long, f"code cells of {LESSON_CELL_LINES} lines or more (split them where a result is worth seeing): {long}"

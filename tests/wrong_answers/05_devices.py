@@ -43,6 +43,18 @@ _ONCE_PER_STEP = ("    if max_grad_norm is not None:\n"
                   "    scaler.step(optimizer)\n"
                   "    scaler.update()\n")
 
+_AVAILABLE = '    available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), "cpu": True}\n'
+_PICK = f'''
+def pick_device(prefer=None):
+{_AVAILABLE}    if prefer is None:
+        return torch.device(next(name for name, ok in available.items() if ok))
+    if prefer not in tuple(available):
+        raise ValueError(prefer)
+    if not available[prefer]:
+        raise RuntimeError(f"{{prefer}} is not available")
+    return torch.device(prefer)
+'''
+
 WRONG = {
     "ex1_pick_device": {
         "ignores prefer": '''
@@ -53,37 +65,15 @@ def pick_device(prefer=None):
         return torch.device("mps")
     return torch.device("cpu")
 ''',
-        "returns a string": '''
-def pick_device(prefer=None):
-    available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), "cpu": True}
-    if prefer is None:
-        return next(name for name, ok in available.items() if ok)
-    if prefer not in available:
-        raise ValueError(prefer)
-    if not available[prefer]:
-        raise RuntimeError(f"{prefer} is not available")
-    return prefer
-''',
-        "tries mps before cuda": '''
-def pick_device(prefer=None):
-    available = {"mps": torch.backends.mps.is_available(), "cuda": torch.cuda.is_available(), "cpu": True}
-    if prefer is None:
-        return torch.device(next(name for name, ok in available.items() if ok))
-    if prefer not in available:
-        raise ValueError(prefer)
-    if not available[prefer]:
-        raise RuntimeError(f"{prefer} is not available")
-    return torch.device(prefer)
-''',
-        "unknown names raise RuntimeError, not ValueError": '''
-def pick_device(prefer=None):
-    available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), "cpu": True}
-    if prefer is None:
-        return torch.device(next(name for name, ok in available.items() if ok))
-    if not available.get(prefer, False):
-        raise RuntimeError(f"{prefer} is not available")
-    return torch.device(prefer)
-''',
+        "returns a string": changed(_PICK, ("    return torch.device(prefer)\n", "    return prefer\n"), (
+            "        return torch.device(next(name for name, ok in available.items() if ok))\n",
+            "        return next(name for name, ok in available.items() if ok)\n")),
+        "tries mps before cuda": changed(_PICK, (_AVAILABLE, _AVAILABLE.replace(
+            '"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()',
+            '"mps": torch.backends.mps.is_available(), "cuda": torch.cuda.is_available()'))),
+        "unknown names raise RuntimeError, not ValueError": changed(_PICK, (
+            "    if prefer not in tuple(available):\n        raise ValueError(prefer)\n"
+            "    if not available[prefer]:\n", "    if not available.get(prefer, False):\n")),
         "falls back to the best device instead of raising for a missing one": '''
 def pick_device(prefer=None):
     available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), "cpu": True}
@@ -93,39 +83,12 @@ def pick_device(prefer=None):
         return torch.device(prefer)
     return torch.device(next(name for name, ok in available.items() if ok))
 ''',
-        "the error does not name the missing device": '''
-def pick_device(prefer=None):
-    available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), "cpu": True}
-    if prefer is None:
-        return torch.device(next(name for name, ok in available.items() if ok))
-    if prefer not in available:
-        raise ValueError(prefer)
-    if not available[prefer]:
-        raise RuntimeError("the device you asked for is not available")
-    return torch.device(prefer)
-''',
-        "treats every falsy prefer as no preference (if not prefer)": '''
-def pick_device(prefer=None):
-    available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), "cpu": True}
-    if not prefer:
-        return torch.device(next(name for name, ok in available.items() if ok))
-    if prefer not in tuple(available):
-        raise ValueError(prefer)
-    if not available[prefer]:
-        raise RuntimeError(f"{prefer} is not available")
-    return torch.device(prefer)
-''',
-        "looks prefer up in a dict: an unhashable prefer ([]) raises TypeError, not ValueError": '''
-def pick_device(prefer=None):
-    available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), "cpu": True}
-    if prefer is None:
-        return torch.device(next(name for name, ok in available.items() if ok))
-    if prefer not in available:
-        raise ValueError(prefer)
-    if not available[prefer]:
-        raise RuntimeError(f"{prefer} is not available")
-    return torch.device(prefer)
-''',
+        "the error does not name the missing device": changed(_PICK, (
+            'f"{prefer} is not available"', '"the device you asked for is not available"')),
+        "treats every falsy prefer as no preference (if not prefer)": changed(_PICK, ("    if prefer is None:\n",
+                                                                                       "    if not prefer:\n")),
+        "looks prefer up in a dict: an unhashable prefer ([]) raises TypeError, not ValueError": changed(_PICK, (
+            "prefer not in tuple(available)", "prefer not in available")),
         "accepts whatever torch.device accepts ('cuda:0', a torch.device) by its type": '''
 def pick_device(prefer=None):
     available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available(), "cpu": True}
