@@ -74,6 +74,21 @@ def load_single(path, model, optimizer):
 '''
 
 
+_LOAD = '''
+def load_checkpoint(path, *, model, optimizer=None, scheduler=None, scaler=None, map_location="cpu"):
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:
+        raise RuntimeError(f"cannot load {path}: {err}") from err
+    model.load_state_dict(state["model"])
+    for obj, key in ((optimizer, "optimizer"), (scheduler, "scheduler"), (scaler, "scaler")):
+        if obj is not None and state[key] is not None:
+            obj.load_state_dict(state[key])
+    torch.set_rng_state(state["rng"]["torch"].cpu())
+    random.setstate(state["rng"]["python"])
+    return state
+'''
+
 WRONG = {
     "ex1_save_checkpoint": {
         'not atomic: torch.save straight onto path': changed(
@@ -111,99 +126,21 @@ WRONG = {
              '        os.fsync(fd)\n        with os.fdopen(fd, "wb") as f:\n            torch.save(state, f)\n')),
     },
     "ex2_load_checkpoint": {
-        "weights_only=False: runs whatever the file contains": '''
-def load_checkpoint(path, *, model, optimizer=None, scheduler=None, scaler=None, map_location="cpu"):
-    try:
-        state = torch.load(path, map_location=map_location, weights_only=False)
-    except Exception as err:
-        raise RuntimeError(f"cannot load {path}: {err}") from err
-    model.load_state_dict(state["model"])
-    for obj, key in ((optimizer, "optimizer"), (scheduler, "scheduler"), (scaler, "scaler")):
-        if obj is not None and state[key] is not None:
-            obj.load_state_dict(state[key])
-    torch.set_rng_state(state["rng"]["torch"].cpu())
-    random.setstate(state["rng"]["python"])
-    return state
-''',
-        "weights_only left to torch.load's default, which an environment variable can flip": '''
-def load_checkpoint(path, *, model, optimizer=None, scheduler=None, scaler=None, map_location="cpu"):
-    try:
-        state = torch.load(path, map_location=map_location)
-    except Exception as err:
-        raise RuntimeError(f"cannot load {path}: {err}") from err
-    model.load_state_dict(state["model"])
-    for obj, key in ((optimizer, "optimizer"), (scheduler, "scheduler"), (scaler, "scaler")):
-        if obj is not None and state[key] is not None:
-            obj.load_state_dict(state[key])
-    torch.set_rng_state(state["rng"]["torch"].cpu())
-    random.setstate(state["rng"]["python"])
-    return state
-''',
-        "map_location ignored: every file loaded onto the CPU": '''
-def load_checkpoint(path, *, model, optimizer=None, scheduler=None, scaler=None, map_location="cpu"):
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:
-        raise RuntimeError(f"cannot load {path}: {err}") from err
-    model.load_state_dict(state["model"])
-    for obj, key in ((optimizer, "optimizer"), (scheduler, "scheduler"), (scaler, "scaler")):
-        if obj is not None and state[key] is not None:
-            obj.load_state_dict(state[key])
-    torch.set_rng_state(state["rng"]["torch"].cpu())
-    random.setstate(state["rng"]["python"])
-    return state
-''',
-        "the RNG states are not restored": '''
-def load_checkpoint(path, *, model, optimizer=None, scheduler=None, scaler=None, map_location="cpu"):
-    try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as err:
-        raise RuntimeError(f"cannot load {path}: {err}") from err
-    model.load_state_dict(state["model"])
-    for obj, key in ((optimizer, "optimizer"), (scheduler, "scheduler"), (scaler, "scaler")):
-        if obj is not None and state[key] is not None:
-            obj.load_state_dict(state[key])
-    return state
-''',
-        "the optimizer's state is not restored": '''
-def load_checkpoint(path, *, model, optimizer=None, scheduler=None, scaler=None, map_location="cpu"):
-    try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as err:
-        raise RuntimeError(f"cannot load {path}: {err}") from err
-    model.load_state_dict(state["model"])
-    for obj, key in ((scheduler, "scheduler"), (scaler, "scaler")):
-        if obj is not None and state[key] is not None:
-            obj.load_state_dict(state[key])
-    torch.set_rng_state(state["rng"]["torch"].cpu())
-    random.setstate(state["rng"]["python"])
-    return state
-''',
-        "torch.load's own error for a corrupt file, which does not name the path": '''
-def load_checkpoint(path, *, model, optimizer=None, scheduler=None, scaler=None, map_location="cpu"):
-    state = torch.load(path, map_location=map_location, weights_only=True)
-    model.load_state_dict(state["model"])
-    for obj, key in ((optimizer, "optimizer"), (scheduler, "scheduler"), (scaler, "scaler")):
-        if obj is not None and state[key] is not None:
-            obj.load_state_dict(state[key])
-    torch.set_rng_state(state["rng"]["torch"].cpu())
-    random.setstate(state["rng"]["python"])
-    return state
-''',
-        "the scaler's state is not restored": '''
-def load_checkpoint(path, *, model, optimizer=None, scheduler=None, scaler=None, map_location="cpu"):
-    try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as err:
-        raise RuntimeError(f"cannot load {path}: {err}") from err
-    model.load_state_dict(state["model"])
-    for obj, key in ((optimizer, "optimizer"), (scheduler, "scheduler")):
-        if obj is not None and state[key] is not None:
-            obj.load_state_dict(state[key])
-    torch.set_rng_state(state["rng"]["torch"].cpu())
-    random.setstate(state["rng"]["python"])
-    return state
-''',
+        "weights_only=False: runs whatever the file contains": changed(
+            _LOAD, ("weights_only=True", "weights_only=False")),
+        "weights_only left to torch.load's default, which an environment variable can flip": changed(
+            _LOAD, (", weights_only=True", "")),
+        "map_location ignored: every file loaded onto the CPU": changed(
+            _LOAD, ("map_location=map_location, weights_only", 'map_location="cpu", weights_only')),
+        "the RNG states are not restored": changed(
+            _LOAD, ('    torch.set_rng_state(state["rng"]["torch"].cpu())\n', ""),
+            ('    random.setstate(state["rng"]["python"])\n', "")),
+        "the optimizer's state is not restored": changed(_LOAD, ('(optimizer, "optimizer"), ', "")),
+        "torch.load's own error for a corrupt file, which does not name the path": changed(_LOAD, (
+            "    try:\n        state = torch.load(path, map_location=map_location, weights_only=True)\n"
+            "    except Exception as err:\n        raise RuntimeError(f\"cannot load {path}: {err}\") from err\n",
+            "    state = torch.load(path, map_location=map_location, weights_only=True)\n")),
+        "the scaler's state is not restored": changed(_LOAD, (', (scaler, "scaler")', "")),
     },
     "ex3_fit": {
         "the resume forgets the optimizer's state": changed(
