@@ -4,11 +4,10 @@ graph-break and recompile logs cut to their first lines."""
 import contextlib
 import io
 import re
-import time
 
 import torch
 
-from .timing import synchronize
+from .timing import time_it
 
 
 def inductor_problem(device) -> str | None:
@@ -32,11 +31,7 @@ def inductor_problem(device) -> str | None:
 
 def first_call_seconds(fn, *args, device) -> float:
     """Seconds one call of fn(*args) takes, the device waited for: for a compiled function's first call, its compilation."""
-    synchronize(device)
-    start = time.perf_counter()
-    fn(*args)
-    synchronize(device)
-    return time.perf_counter() - start
+    return time_it(lambda: fn(*args), device, warmup=0, repeat=1)
 
 
 # A torch log line's header: level and date, time, process id, file:line, then bracketed tags ([0/1] [__recompiles])
