@@ -75,7 +75,8 @@ def test_capstone_masked_rows_are_zeros_on_the_cpu_kernels():
 
 
 def test_capstone_masked_rows_see_nan_and_nonzero_rows(monkeypatch):
-    """The check can fail: an attention that leaves NaN in the rows with no key, and one that averages every value."""
+    """The check can fail, on any kernel: an attention that leaves NaN in the rows with no key, one that averages every
+    value; and it tells what the kernel gives alone."""
     names = capstone_gpu.capstone()
 
     def softmax_over_nothing(q, k, v, key_mask=None):  # -inf everywhere in a row: NaN, the bug of pytorch#110213
@@ -90,7 +91,11 @@ def test_capstone_masked_rows_see_nan_and_nonzero_rows(monkeypatch):
         monkeypatch.setattr(capstone_gpu, "capstone", lambda: {**names, "attention": attention})
         rows = capstone_gpu.masked_rows("cpu")
         assert rows["default float32"] == rows["MATH float32"] == verdict, rows
-        assert "default float32" in capstone_gpu.failed(rows) and "MATH float32" not in capstone_gpu.failed(rows)
+        assert {"default float32", "MATH float32"} <= set(capstone_gpu.failed(rows))
+    alone = capstone_gpu.masked_rows("cpu", capstone_gpu.sdpa_alone)
+    assert alone["MATH float32"] in ("zeros", "NaN", "not zeros"), alone
+    lines = capstone_gpu.report_lines(rows, None, None, alone)
+    assert f"| MATH float32 | not zeros | {alone['MATH float32']} |" in lines, lines
 
 
 def test_capstone_snapshot_and_table_in_the_report(tmp_path):
@@ -105,11 +110,12 @@ def test_capstone_snapshot_and_table_in_the_report(tmp_path):
     table = capstone_gpu.table_text(executed)
     assert table == "eager fp32  1,000\n- torch.compile: 2.00x\n"
     snapshot = {"path": "/tmp/r.snapshot.pickle", "bytes": 3 * 2**20, "peak_bytes": 40 * 2**20}
-    rows = {"default float16": "zeros", "CUDNN_ATTENTION float16": "NaN"}
-    assert capstone_gpu.failed(rows) == []  # a kernel torch does not pick, forced: reported, not failed
-    lines = capstone_gpu.report_lines(rows, snapshot, table)
+    rows = {"default float16": "zeros", "CUDNN_ATTENTION float16": "zeros", "FLASH_ATTENTION float16": "not run: no"}
+    alone = {"default float16": "not zeros", "CUDNN_ATTENTION float16": "NaN", "FLASH_ATTENTION float16": "not run: no"}
+    assert capstone_gpu.failed(rows) == []  # what the kernel gives alone, or cannot run: reported, not failed
+    lines = capstone_gpu.report_lines(rows, snapshot, table, alone)
     text = gpu_check.report("a GPU", [], [], lines)
-    assert "| default float16 | zeros |" in text and "| CUDNN_ATTENTION float16 | NaN |" in text
+    assert "| default float16 | zeros | not zeros |" in text and "| CUDNN_ATTENTION float16 | zeros | NaN |" in text
     assert "`/tmp/r.snapshot.pickle` (3.0 MiB; peak allocated 40 MiB)" in text
     assert "```\neager fp32  1,000\n- torch.compile: 2.00x\n```" in text
     assert "printed nothing" in "\n".join(capstone_gpu.report_lines(None, None, ""))

@@ -302,7 +302,7 @@ def test_nccl_ranks_are_refused_once_cuda_spoiled_fork(monkeypatch, no_children_
 
 def records_all_reduces(rank, world_size):
     """Two all-reduces under AllReduceRecorder, one blocking and one asynchronous, waited on; what was recorded."""
-    from torchcourse.launch import AllReduceRecorder
+    from torchcourse.testing import AllReduceRecorder
     real = dist.all_reduce
     with AllReduceRecorder() as recorder:
         recorder.during = "first"

@@ -1,7 +1,8 @@
 """What the exercises' tests share: `expect` for values, `outcome` for a call that may raise, `refused` for a
-function an answer must not call."""
+function an answer must not call, `AllReduceRecorder` for the collectives a rank's own code makes."""
 
 import contextlib
+import inspect
 
 from . import values
 from .values import Raised  # noqa: F401 (what tests expect of a call that raises)
@@ -76,3 +77,52 @@ def refused(why: str, *targets: tuple[object, str]):
                 delattr(owner, name)
             else:
                 setattr(owner, name, original)
+
+
+class AllReduceRecorder:
+    """Stands in for `dist.all_reduce` inside a rank, to see when and how the rank's own code communicates.
+
+        with AllReduceRecorder() as recorder:   # dist.all_reduce is the recorder until the block ends
+            recorder.during = "backward"        # a label of what runs now, copied into each call
+            loss.backward()
+            recorder.during = ""
+
+    Each call is recorded in `calls` as {"elements", "during", "async_op", "waited"} and passed on to the real
+    all_reduce; "waited" turns True when the handle an asynchronous call returned is waited on (`work.wait()`).
+    Only Python calls of `dist.all_reduce` are seen: DDP's own reducer communicates from C++."""
+
+    def __init__(self):
+        self.calls, self.during, self._real = [], "", None
+
+    def __enter__(self):
+        import torch.distributed as dist  # here: importing the tests' helpers costs no distributed set-up
+
+        self._real, dist.all_reduce = dist.all_reduce, self
+        return self
+
+    def __exit__(self, *exc):
+        import torch.distributed as dist
+
+        dist.all_reduce = self._real
+
+    def __call__(self, tensor, *args, **kwargs):
+        bound = inspect.signature(self._real).bind(tensor, *args, **kwargs).arguments  # async_op, by name or place
+        call = {"elements": tensor.numel(), "during": self.during, "async_op": bool(bound.get("async_op", False)),
+                "waited": False}
+        self.calls.append(call)
+        work = self._real(tensor, *args, **kwargs)
+        return _WaitRecorded(work, call) if work is not None else None
+
+
+class _WaitRecorded:
+    """An asynchronous collective's handle that notes in its call's record when it is waited on."""
+
+    def __init__(self, work, call: dict):
+        self._work, self._call = work, call
+
+    def wait(self, *args, **kwargs):
+        self._call["waited"] = True
+        return self._work.wait(*args, **kwargs)
+
+    def __getattr__(self, name):  # is_completed, get_future, ...: the real handle's
+        return getattr(self._work, name)

@@ -124,6 +124,8 @@ def average_gradients(model):
         "returns the DDP wrapper's state_dict (keys start with module.)": _ddp(result="model"),
         "counts epochs, not steps: runs whole epochs": _ddp().replace("            if done == steps:\n                break\n", ""),
         "samples_per_s of this rank alone": _ddp().replace("steps * per_rank_batch * world_size / seconds", "steps * per_rank_batch / seconds"),
+        "times the last step alone, not the training loop": changed(
+            _ddp(), ("            optimizer.zero_grad()\n", "            start = time.perf_counter()\n            optimizer.zero_grad()\n")),
         "never moves the model to the device (fine on the CPU, wrong on a GPU)":
             changed(_ddp(), ("DDP(build_model(seed).to(dev),", "DDP(build_model(seed),")),
         "device_ids=[rank]: the global rank, not the GPU's index on its machine":

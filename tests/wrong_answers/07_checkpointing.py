@@ -120,6 +120,8 @@ WRONG = {
             _SAVE, (_DIRSYNC, '    os.fsync(os.open(folder, os.O_RDONLY))\n')),
         "the file is synced but not its folder: the rename itself may not reach the disk": changed(
             _SAVE, (_DIRSYNC, '')),
+        "os.rename, not os.replace: on Windows it refuses to overwrite the checkpoint already at path": changed(
+            _SAVE, ('        os.replace(tmp, path)\n', '        os.rename(tmp, path)\n')),
         'fsync before writing: the empty temporary file is synced, then written': changed(
             _SAVE,
             ('        with os.fdopen(fd, "wb") as f:\n            torch.save(state, f)\n            f.flush()\n            os.fsync(f.fileno())\n',
@@ -409,7 +411,7 @@ def save_checkpoint(path, *, model, optimizer, epoch, scheduler=None, scaler=Non
             f.close()
             os.remove(tmp)
             raise
-    os.rename(tmp, path)  # POSIX: rename replaces the target atomically, as os.replace does
+    Path(tmp).replace(path)  # pathlib's replace is os.replace
     fd = os.open(directory, os.O_RDONLY)
     os.fsync(fd)
     os.close(fd)
