@@ -8,7 +8,7 @@ ROLE ?= student
 # nbgrader runs `alembic` as a subprocess when it makes a gradebook: the venv must be on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help setup lab check test release grade bench bench-grade bench-similarity bench-launch gpu-check clean
+.PHONY: help setup lab check test release dist grade bench bench-grade bench-similarity bench-launch gpu-check clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -45,6 +45,12 @@ release: setup ## regenerate the student notebooks/ from solutions/ with nbgrade
 	$(BIN)/python tests/colab_cell.py  # each notebook's first cell, from its template and pyproject's address
 	rm -rf notebooks
 	$(BIN)/nbgrader generate_assignment "*" --force --no-db --log-level=WARN
+	$(BIN)/python -m torchcourse.handin --manifest notebooks  # what hand_in() checks a notebook against
+
+dist: setup ## build the torchcourse wheel (helpers and data) and sdist into dist/, checked by twine, for PyPI
+	rm -rf dist build
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/python -m twine check --strict dist/*
 
 grade: setup ## grade a class in parallel: make grade ASSIGNMENT=02 [SUBMISSIONS=folder-or.zip] (ARGS="--force ...")
 	$(if $(ASSIGNMENT),,$(error usage: make grade ASSIGNMENT=02 [SUBMISSIONS=path/to/submissions]; without SUBMISSIONS, what nbgrader collect put in the course))

@@ -2,10 +2,14 @@
 
     python tests/colab_cell.py   # `make release` runs it before generating notebooks/
 
-The repository's address has one home, `[project.urls] Repository` in pyproject.toml: Colab has nothing but the
-notebook, so each notebook carries the address literally, and this template is how the six copies stay equal.
+Colab has nothing but the notebook, so the cell installs the course's helpers and data by a name and version that
+are the same for every copy of the course: the torchcourse wheel (`make dist`), from PyPI, from the folder or page
+pyproject.toml's `[tool.torchcourse] find-links` names, or from the notebook's own folder (a wheel uploaded there).
+The version has one home, `torchcourse.__version__`; this template is how the eight copies stay equal to it.
 """
 
+import ast
+import json
 import sys
 import tomllib
 
@@ -14,32 +18,49 @@ import nbformat
 from course import ROOT, SETUP_CELLS, assignments, read, source_path
 
 CELL_ID = SETUP_CELLS[0]
-FOLDER = "pytorch-course"  # where Colab keeps the clone, next to the notebook: /content/pytorch-course
 TEMPLATE = '''\
-# Set-up for Colab (or any Python without the course): fetch the course's helpers and data from its repository.
+# Set-up for Colab (or any Python without the course): install the course's helpers and data, {wanted}.
 # In the course's own environment (`make setup`) this cell does nothing.
-import importlib, importlib.util, os, subprocess, sys
+import importlib, importlib.util, subprocess, sys
 
 if importlib.util.find_spec("torchcourse") is None:
-    repository = os.environ.get("TORCHCOURSE_REPO", "{repository}")
-    folder = os.path.abspath("{folder}")
-    if not os.path.isdir(folder):
-        subprocess.run(["git", "clone", "--quiet", "--depth", "1", repository, folder], check=True)
-    # --no-deps keeps Colab's own torch; -e leaves data/ next to the package, where torchcourse looks for it
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "-e", folder], check=True)
-    sys.path.insert(0, folder)  # importable in this kernel now, without a restart
-    importlib.invalidate_caches()
+    wanted, places = "{wanted}", {places}  # ".": this notebook's folder
+    # from PyPI, or a wheel in one of `places`; --no-deps keeps Colab's own torch
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", wanted]
+    if subprocess.run(pip + [f"--find-links={{place}}" for place in places]).returncode != 0:
+        raise RuntimeError(f"pip could not install {{wanted}}, the course's helpers and data (its message is above). "
+                           "Ask your instructor for the file {wheel}, upload it beside this "
+                           "notebook (in Colab: the folder icon on the left, then Upload) and run this cell again.")
+    importlib.invalidate_caches()  # importable in this kernel now, without a restart
 '''
 
 
-def repository() -> str:
-    """The course repository's address, from pyproject.toml."""
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+def version() -> str:
+    """The course's release: torchcourse.__version__, read without importing the package."""
+    tree = ast.parse((ROOT / "torchcourse" / "__init__.py").read_text())
+    return next(node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["__version__"])
+
+
+def find_links() -> str:
+    """Where the set-up cell looks for the wheel besides PyPI and the notebook's folder (pyproject.toml); "" if nowhere."""
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["torchcourse"]["find-links"]
+
+
+def wheel() -> str:
+    """The file name of the wheel `make dist` builds."""
+    return f"torchcourse-{version()}-py3-none-any.whl"
 
 
 def source() -> str:
     """The set-up cell's code, as every notebook must hold it."""
-    return TEMPLATE.format(repository=repository(), folder=FOLDER).rstrip("\n")
+    places = ["."] + ([find_links()] if find_links() else [])
+    return TEMPLATE.format(wanted=f"torchcourse=={version()}", places=json.dumps(places), wheel=wheel()).rstrip("\n")
+
+
+def repository() -> str:
+    """The course repository's address, from pyproject.toml: where the README's Colab badges open the notebooks."""
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
 
 
 def write(path) -> bool:

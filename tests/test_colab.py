@@ -8,11 +8,14 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
+from pathlib import Path
 
 import nbformat
 import pytest
 
-from colab_cell import CELL_ID, FOLDER, TEMPLATE, repository, source
+import shipped
+from colab_cell import CELL_ID, TEMPLATE, find_links, repository, source, version, wheel
 from course import ROOT, assignments, grading, read, release_path, source_path
 
 ALL_NOTEBOOKS = [p for a in assignments() for p in (source_path(a), release_path(a))]
@@ -30,10 +33,12 @@ def test_notebook_opens_with_the_setup_cell(path):
     assert first.source == source(), "the set-up cell differs from tests/colab_cell.py's template: run `make release`"
 
 
-def test_setup_cell_takes_its_address_from_pyproject():
-    assert "{repository}" in TEMPLATE and "://" not in TEMPLATE, "the template must not carry an address of its own"
-    assert f'"{repository()}"' in source() and "TORCHCOURSE_REPO" in source()
-    assert repository().startswith("https://github.com/"), "Colab opens notebooks from GitHub"
+def test_setup_cell_installs_the_release_of_the_helpers_by_name():
+    """The cell names torchcourse at the course's version and no repository: every copy of the course installs the
+    same way; the wheel it asks students to upload is the one `make dist` builds."""
+    assert "{wanted}" in TEMPLATE and "://" not in TEMPLATE, "the template must not carry an address of its own"
+    assert f'"torchcourse=={version()}"' in source() and wheel() in source() and "git clone" not in source()
+    assert json.dumps(["."] + ([find_links()] if find_links() else [])) in source()
 
 
 def test_notebooks_import_only_what_colab_has():
@@ -78,21 +83,6 @@ def test_readme_students_section_starts_with_colab_badges_then_the_two_commands(
     assert "make setup" in commands and "make lab" in commands, "after the badges: the two commands"
 
 
-def snapshot(folder) -> str:
-    """A git repository of the working tree as it is, uncommitted changes included; its address."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            cwd=ROOT, capture_output=True, text=True, check=True).stdout.split("\0")
-    for name in listed:
-        if name and (ROOT / name).is_file():  # a file deleted but not yet committed is listed too
-            (folder / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, folder / name)
-    env = dict(os.environ, GIT_AUTHOR_NAME="test", GIT_AUTHOR_EMAIL="test@localhost",
-               GIT_COMMITTER_NAME="test", GIT_COMMITTER_EMAIL="test@localhost")
-    for command in (["init", "--quiet"], ["add", "--all"], ["commit", "--quiet", "--message", "snapshot"]):
-        subprocess.run(["git", *command], cwd=folder, env=env, check=True, capture_output=True)
-    return folder.as_uri()  # file://: a local path would ignore the cell's --depth 1, with a warning
-
-
 RUN = """
 import sys, nbformat
 from nbclient import NotebookClient
@@ -103,13 +93,34 @@ nbformat.write(nb, sys.argv[1])
 """
 PROBE = """
 import importlib.util, json, sys, torchcourse
-print(json.dumps({"prefix": sys.prefix, "torchcourse": torchcourse.__file__,
+print(json.dumps({"prefix": sys.prefix, "torchcourse": torchcourse.__file__, "version": torchcourse.__version__,
                   "nbgrader": importlib.util.find_spec("nbgrader") is not None}))
 """
 
 
+@pytest.fixture(scope="module")
+def dist():
+    """`make dist` by the instructor in the course as shipped: its dist/ folder."""
+    shipped.instructor().run("make dist", cwd=shipped.course())
+    return shipped.course() / "dist"
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("dist")
+def test_make_dist_builds_the_release_with_its_data_and_twine_accepts_it(dist):
+    assert sorted(p.name for p in dist.iterdir()) == sorted([wheel(), f"torchcourse-{version()}.tar.gz"])
+    with zipfile.ZipFile(dist / wheel()) as built:
+        names = set(built.namelist())
+    data = {f"torchcourse/datasets/{p.name}" for p in (ROOT / "data").iterdir() if p.suffix == ".gz"}
+    assert data and data <= names and "torchcourse/datasets/README.md" in names, sorted(names)
+    assert {"torchcourse/data.py", "torchcourse/testing.py"} <= names
+
+
 @pytest.mark.slow  # a fresh venv and pip installs
-def test_colab_branch_installs_the_course_then_a_notebook_runs(tmp_path):
+@pytest.mark.xdist_group("dist")
+def test_colab_setup_cell_installs_an_uploaded_wheel_then_a_notebook_runs(dist, tmp_path):
+    """Colab's packages (the pinned versions here), no index and no clone: the set-up cell says what to do; with the
+    wheel uploaded beside the notebook it installs it, changes no other package, and the notebook runs."""
     pins = dict(line.split("#")[0].strip().split("==") for line in (ROOT / "requirements.txt").read_text().splitlines()
                 if line.split("#")[0].strip())
     env_dir, content = tmp_path / "colab-env", tmp_path / "content"  # content/: Colab's working folder
@@ -121,27 +132,30 @@ def test_colab_branch_installs_the_course_then_a_notebook_runs(tmp_path):
     assert install.returncode == 0, install.stderr[-3000:]
     freeze = [python, "-m", "pip", "list", "--format=freeze", "--exclude", "torchcourse"]
     before = subprocess.run(freeze, capture_output=True, text=True, check=True).stdout
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "PYTHON", "VIRTUAL_ENV", "PIP_"))}
+    # no package index at all: torchcourse can come only from the notebook's folder
+    env.update(PIP_NO_INDEX="1", PYTHONNOUSERSITE="1", PATH=f"{env_dir / 'bin'}{os.pathsep}{env['PATH']}")
 
+    alone = subprocess.run([python, "-c", source()], env=env, cwd=content, capture_output=True, text=True)
+    assert alone.returncode != 0 and f"Ask your instructor for the file {wheel()}, upload it" in alone.stderr, \
+        alone.stderr[-2000:]
+
+    shutil.copy(dist / wheel(), content)  # what a student uploads in Colab's file panel
     nb = read(source_path("03_modules"))
     nb.cells.append(nbformat.v4.new_code_cell(PROBE, id="probe"))
     nbformat.write(nb, content / "notebook.ipynb")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "PYTHON", "VIRTUAL_ENV"))}
-    env.update(TORCHCOURSE_REPO=snapshot(tmp_path / "repository"), PYTHONNOUSERSITE="1",
-               PATH=f"{env_dir / 'bin'}{os.pathsep}{env['PATH']}")
     run = subprocess.run([python, "-c", RUN, content / "notebook.ipynb", content], env=env, cwd=content,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
-
     cells = read(content / "notebook.ipynb").cells
     errors = [f"{c.id}: {o.ename}: {o.evalue}" for c in cells for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors, errors
     probe = json.loads(next(o.text for o in cells[-1].outputs if o.output_type == "stream" and o.name == "stdout"))
-    assert os.path.samefile(probe["prefix"], env_dir) and not probe["nbgrader"], probe
-    assert os.path.samefile(probe["torchcourse"], content / FOLDER / "torchcourse" / "__init__.py"), probe
+    assert os.path.samefile(probe["prefix"], env_dir) and not probe["nbgrader"] and probe["version"] == version(), probe
+    assert Path(probe["torchcourse"]).is_relative_to(env_dir), probe  # installed, not read from a clone
     after = subprocess.run(freeze, capture_output=True, text=True, check=True).stdout
     assert after == before, "the set-up cell changed Colab's packages (torch reinstalled?)"
-    # As after a kernel restart: a new process finds the package through pip's install, and its data beside it.
+    # As after a kernel restart: a new process finds the package through pip's install, and its data inside it.
     data = subprocess.run([python, "-c", "from torchcourse.data import data_file; print(data_file('digits.csv.gz'))"],
                           env=env, cwd=tmp_path, capture_output=True, text=True)
-    assert data.returncode == 0 and os.path.samefile(data.stdout.strip(), content / FOLDER / "data" / "digits.csv.gz"), \
-        data.stderr
+    assert data.returncode == 0 and Path(data.stdout.strip()).is_relative_to(env_dir), data.stderr

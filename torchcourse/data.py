@@ -7,13 +7,15 @@ import torch
 
 
 def data_file(name: str) -> Path:
-    """Path of a file in the repository's data/ folder, wherever the calling notebook runs."""
-    # The package sits next to data/ in the repository, so this works from notebooks/, solutions/ and from
-    # nbgrader's autograded copies alike.
-    path = Path(__file__).resolve().parents[1] / "data" / name
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: data/ ships with the course repository (see data/README.md)")
-    return path
+    """Path of a file of the course's data/ folder, wherever the calling notebook runs."""
+    here = Path(__file__).resolve().parent
+    # In a clone the package sits next to data/ (notebooks/, solutions/ and nbgrader's autograded copies alike); the
+    # wheel a set-up cell installs carries data/ as torchcourse/datasets/ (pyproject.toml's package-dir).
+    for path in (here.parent / "data" / name, here / "datasets" / name):
+        if path.exists():
+            return path
+    raise FileNotFoundError(f"{name} is in neither {here.parent / 'data'} nor {here / 'datasets'}: data/ ships with "
+                            "the course repository and inside its torchcourse wheel (see data/README.md)")
 
 
 class SlowDataset(torch.utils.data.Dataset):

@@ -1,0 +1,97 @@
+"""torchcourse.handin: a student's hand-in from Jupyter or Colab is the assignment's notebook, named as the grader
+expects, with what is attempted said; another notebook, or one missing its test cells, is refused before anything is
+written."""
+
+import json
+import sys
+import types
+
+import nbformat
+import pytest
+
+from course import assignments, read, release_path, solution_answers, with_answers
+from torchcourse import handin
+
+
+
+def test_the_manifest_is_that_of_the_released_notebooks():
+    assert json.loads(handin.MANIFEST.read_text()) == handin.manifest(release_path(assignments()[0]).parents[1]), \
+        "torchcourse/assignments.json is stale: run `make release`"
+
+
+def first_answered(assignment: str):
+    """The released notebook with its first exercise answered (the solution's), the others as released."""
+    first, *_ = solution_answers(assignment).items()
+    return with_answers(read(release_path(assignment)), dict([first])), first[0]
+
+
+@pytest.fixture
+def in_jupyter(tmp_path, monkeypatch):
+    """Put `nb` where a Jupyter kernel's JPY_SESSION_NAME points, working in tmp_path; returns the writer."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+
+    def place(nb, name="my copy.ipynb"):
+        nbformat.write(nb, tmp_path / name)
+        monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / name))
+    return place
+
+
+@pytest.mark.parametrize("assignment", [assignments()[1], assignments()[-1]])
+def test_jupyter_hand_in_names_the_file_and_says_what_is_attempted(in_jupyter, tmp_path, capsys, assignment):
+    nb, answered = first_answered(assignment)
+    in_jupyter(nb)
+    path = handin.hand_in(assignment[:2])
+    assert path == handin.Path(handin.OUT) / release_path(assignment).name and (tmp_path / path).is_file()
+    assert read(tmp_path / path).cells == nb.cells
+    said = capsys.readouterr().out
+    answers = list(json.loads(handin.MANIFEST.read_text())[assignment]["answers"])
+    assert f"1 of {len(answers)} exercises attempted" in said
+    for answer in answers:
+        assert f"{answer:32} {'attempted' if answer == answered else 'not attempted (the released stub)'}" in said
+
+
+def test_colab_hand_in_reads_the_live_notebook_and_downloads_it(tmp_path, monkeypatch, capsys):
+    """Colab's API gives the notebook as JSON with list-of-lines sources; `files.download` gets the written file."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    nb, answered = first_answered(assignments()[0])
+    ipynb = json.loads(nbformat.writes(nb))  # cells' sources as lists of lines, as the browser keeps them
+    assert any(isinstance(c["source"], list) for c in ipynb["cells"])
+    downloads, requests = [], []
+    message = types.SimpleNamespace(blocking_request=lambda kind, **kw: requests.append(kind) or {"ipynb": ipynb})
+    colab = types.ModuleType("google.colab")
+    colab._message, colab.files = message, types.SimpleNamespace(download=downloads.append)
+    monkeypatch.setitem(sys.modules, "google", types.ModuleType("google"))
+    monkeypatch.setitem(sys.modules, "google.colab", colab)
+    path = handin.hand_in()
+    assert requests == ["get_ipynb"] and downloads == [str(path)]
+    assert read(tmp_path / path).cells == nb.cells
+    assert "read from Colab" in capsys.readouterr().out
+
+
+def test_another_assignments_notebook_or_lost_test_cells_are_refused(in_jupyter, tmp_path):
+    nb, _ = first_answered(assignments()[0])
+    in_jupyter(nb)
+    with pytest.raises(ValueError, match=f"this notebook is {assignments()[0]}'s, not {assignments()[1][:2]}'s"):
+        handin.hand_in(assignments()[1][:2])
+    nb.cells = [c for c in nb.cells if not c.metadata.get("nbgrader", {}).get("grade_id", "").endswith("_tests")]
+    in_jupyter(nb)
+    with pytest.raises(ValueError, match=r"the test cells \['ex1_\w+_tests'.* are gone from this notebook"):
+        handin.hand_in()
+    nb.cells = [c for c in nb.cells if not c.metadata.get("nbgrader", {}).get("solution")][:3]
+    in_jupyter(nb)
+    with pytest.raises(ValueError, match="not a course notebook as released: it lacks the answer cells"):
+        handin.hand_in()
+    assert not (tmp_path / handin.OUT).exists()
+
+
+def test_nothing_happens_under_nbgrader_and_an_unknown_kernel_is_told_what_to_do(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    assert handin.hand_in() is None
+    monkeypatch.delenv("NBGRADER_EXECUTION")
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    with pytest.raises(RuntimeError, match="cannot tell which notebook this kernel runs"):
+        handin.hand_in()
+    assert not (tmp_path / handin.OUT).exists()
