@@ -95,3 +95,55 @@ def test_nothing_happens_under_nbgrader_and_an_unknown_kernel_is_told_what_to_do
     with pytest.raises(RuntimeError, match="cannot tell which notebook this kernel runs"):
         handin.hand_in()
     assert not (tmp_path / handin.OUT).exists()
+
+
+def test_a_kernel_that_jupyters_server_started_hands_in_the_notebook_it_runs(tmp_path):
+    """A real Jupyter server and a session for a renamed copy in a sub-folder: the kernel learns its notebook's path
+    from the server (JPY_SESSION_NAME) and hand_in writes the file under the assignment's own name."""
+    import glob
+    import os
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    from jupyter_client import BlockingKernelClient
+
+    nb, _ = first_answered(assignments()[0])
+    (tmp_path / "work").mkdir()
+    nbformat.write(nb, tmp_path / "work" / "my copy.ipynb")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
+    env.pop("NBGRADER_EXECUTION", None)
+    server = subprocess.Popen([sys.executable, "-m", "jupyter_server", "--no-browser", f"--port={port}",
+                               "--IdentityProvider.token=t", f"--ServerApp.root_dir={tmp_path}", "--allow-root"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    api = f"http://127.0.0.1:{port}/api"
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(f"{api}?token=t")
+                break
+            except OSError:
+                time.sleep(0.5)
+        body = {"path": "work/my copy.ipynb", "name": "my copy.ipynb", "type": "notebook", "kernel": {"name": "python3"}}
+        ask = urllib.request.Request(f"{api}/sessions?token=t", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        kernel = json.loads(urllib.request.urlopen(ask).read())["kernel"]["id"]
+        client = BlockingKernelClient(connection_file=glob.glob(str(tmp_path / "runtime" / f"kernel-{kernel}.json"))[0])
+        client.load_connection_file()
+        client.start_channels()
+        client.wait_for_ready(timeout=120)
+        said = []
+        reply = client.execute_interactive("from torchcourse.handin import hand_in\nhand_in()", timeout=120,
+                                           output_hook=lambda m: said.append(m["content"].get("text", "")))
+        client.stop_channels()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    assert f"read from {tmp_path / 'work' / 'my copy.ipynb'}" in "".join(said)
+    handed = tmp_path / "work" / handin.OUT / release_path(assignments()[0]).name
+    assert read(handed).cells == nb.cells
