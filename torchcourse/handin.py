@@ -16,6 +16,8 @@ import os
 import sys
 from pathlib import Path
 
+from .check import answer_cells, grading
+
 MANIFEST = Path(__file__).with_name("assignments.json")
 OUT = "hand-in"  # the folder the file to hand in is written to, beside the notebook
 
@@ -25,6 +27,11 @@ def digest(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
+def grade_ids(nb) -> dict:
+    """nbgrader's grade_id -> cell, for the notebook's graded and answer cells."""
+    return {grading(cell)["grade_id"]: cell for cell in nb.cells if grading(cell).get("grade_id")}
+
+
 def manifest(notebooks: Path) -> dict:
     """For each released notebook under `notebooks`: its file name, its answer cells' released sources (digests), and
     its graded test cells, by nbgrader's grade_id."""
@@ -32,11 +39,11 @@ def manifest(notebooks: Path) -> dict:
 
     found = {}
     for path in sorted(Path(notebooks).glob("*/*.ipynb")):
-        cells = [(c, c.metadata.get("nbgrader", {})) for c in nbformat.read(path, as_version=4).cells]
+        nb = nbformat.read(path, as_version=4)
         found[path.parent.name] = {
             "notebook": path.name,
-            "answers": {g["grade_id"]: digest(c.source) for c, g in cells if g.get("solution")},
-            "tests": [g["grade_id"] for c, g in cells if g.get("grade") and not g.get("solution")],
+            "answers": {grading(c)["grade_id"]: digest(c.source) for c in answer_cells(nb)},
+            "tests": [i for i, c in grade_ids(nb).items() if grading(c).get("grade") and not grading(c).get("solution")],
         }
     return found
 
@@ -64,7 +71,7 @@ def running_notebook():
 
 def which(nb, known: dict) -> str:
     """The assignment whose answer cells the notebook holds, or a ValueError that says what is wrong."""
-    ids = {c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells}
+    ids = set(grade_ids(nb))
     matches = [a for a, m in known.items() if set(m["answers"]) <= ids]
     if matches:
         return matches[0]
@@ -76,8 +83,8 @@ def which(nb, known: dict) -> str:
 
 def attempted(nb, entry: dict) -> dict[str, bool]:
     """Each exercise of the assignment: True where its answer cell differs from the released stub."""
-    sources = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source for c in nb.cells}
-    return {answer: digest(sources[answer]) != stub for answer, stub in entry["answers"].items()}
+    cells = grade_ids(nb)
+    return {answer: digest(cells[answer].source) != stub for answer, stub in entry["answers"].items()}
 
 
 def hand_in(assignment: str | None = None, out: str = OUT) -> Path | None:
@@ -95,8 +102,7 @@ def hand_in(assignment: str | None = None, out: str = OUT) -> Path | None:
     if assignment and not found.startswith(assignment):
         raise ValueError(f"this notebook is {found}'s, not {assignment}'s: open {assignment}'s notebook and hand it in")
     entry = known[found]
-    ids = {c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells}
-    missing = [t for t in entry["tests"] if t not in ids]
+    missing = [t for t in entry["tests"] if t not in grade_ids(nb)]
     if missing:
         raise ValueError(f"the test cells {missing} are gone from this notebook: their points would be lost; copy "
                          f"them back from the released {entry['notebook']}")
