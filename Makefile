@@ -8,7 +8,7 @@ ROLE ?= student
 # nbgrader runs `alembic` as a subprocess when it makes a gradebook: the venv must be on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help setup lab check test release dist grade bench bench-grade bench-similarity bench-launch gpu-check clean
+.PHONY: help setup lab check test release dist grade bench bench-grade bench-similarity bench-launch gpu-check colab-check clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -70,6 +70,9 @@ bench-launch: setup ## repeat 06's and 07's distributed cells in one kernel, pri
 
 gpu-check: setup ## on a CUDA machine: run every solution notebook and the tests' CUDA branches, write a report (OUT=file.md)
 	$(BIN)/python tests/gpu_check.py $(if $(OUT),--out $(OUT))
+
+colab-check: setup ## every notebook on Colab's versions (Python 3.13, torch 2.11, ipywidgets 7) in .colab/, a report (OUT=file.md, ONLY="01_tensors ...", BROWSER=1: 01 and 08 in Chromium too)
+	$(BIN)/python tests/colab_check.py $(if $(OUT),--out $(OUT)) $(if $(ONLY),--only $(ONLY)) $(if $(BROWSER),--browser) $(if $(PYTHON_COLAB),--python $(PYTHON_COLAB))
 
 clean: ## remove grading scratch and caches (keeps .venv)
 	rm -rf autograder/submitted autograder/autograded autograder/feedback autograder/grades autograder/gradebook.db .pytest_cache

@@ -1,6 +1,7 @@
 """What the course's tests share: where things are, reading notebooks, running them, running nbgrader."""
 
 import os
+import re
 import runpy
 import shutil
 import socket
@@ -17,6 +18,10 @@ from torchcourse.check import HIDDEN, answer_cells, grading, test_cells
 ROOT = Path(__file__).resolve().parents[1]
 SETUP_CELLS = ("colab-setup", "setup")  # ids of the code cells that open every notebook, in order
 BIN = Path(sys.executable).parent
+# What a cell must show once run: a figure where it calls plt.* or a plot_* function (other than defining one), a live
+# widget where it calls interact() or an *_explorer().
+FIGURE = re.compile(r"\bplt\.\w|^(?!\s*def ).*\bplot_\w+\(", re.M)
+WIDGET = re.compile(r"\binteract\(|_explorer\(")
 
 
 def scratch_course(folder: Path, solutions: Path = ROOT / "solutions", assignments: tuple[str, ...] = ()) -> Path:

@@ -20,8 +20,9 @@ import nbformat
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout, sync_playwright
 
+import colab_check
 import payloads
-from course import BIN, ROOT, answer_ids, free_port, assignments, graded_cells_of, read, release_path, solution_answers, source_path
+from course import BIN, FIGURE, ROOT, WIDGET, answer_ids, free_port, assignments, graded_cells_of, read, release_path, solution_answers, source_path
 from torchcourse.check import grading
 
 # One xdist worker runs all of these, so that they share one server and one browser.
@@ -40,13 +41,10 @@ LAB_SETTINGS = {
     "@jupyterlab/docmanager-extension/plugin": {"autosave": False},
     "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
 }
-Lab = namedtuple("Lab", "url token")
+Lab = namedtuple("Lab", "url token root frontend")
 
-# A figure is expected from a cell that calls plt.* or a plot_* function (other than defining one).
-FIGURE = re.compile(r"\bplt\.\w|^(?!\s*def ).*\bplot_\w+\(", re.M)
-WIDGET = re.compile(r"\binteract\(|_explorer\(")
 # What the browser shows instead of a live widget: the placeholder, an error, or the kernel's text repr.
-NOT_A_WIDGET = re.compile(r"Loading widget|Error displaying widget|\b\w+\(children=|\b\w+(Slider|Text|Dropdown)\(value=")
+NOT_A_WIDGET = re.compile(r"Loading widget|Error displaying widget|Click to show javascript error|\b\w+\(children=|\b\w+(Slider|Text|Dropdown)\(value=")
 
 CELLS_JS = """() => [...document.querySelectorAll('.jp-NotebookPanel .jp-Cell')].map(cell => ({
   prompt: cell.querySelector('.jp-InputPrompt')?.textContent || '',
@@ -65,6 +63,37 @@ DONE_JS = """() => { const prompts = [...document.querySelectorAll('.jp-CodeCell
 STARTED_JS = "() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].some(p => /[*\\d]/.test(p.textContent))"
 STATUS_JS = """() => [document.querySelector('.jp-Notebook-ExecutionIndicator')?.getAttribute('data-status'),
   [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent).join(' ')]"""
+
+# How a test reads and drives a notebook page, per front end: the page of a notebook (`url`, ready when `opened`
+# shows), its cells (`cell`, read by `cells`), Run All (menu clicks), and its widgets' cells and controls.
+Frontend = namedtuple("Frontend", "url opened cell cells outputs started done status run_all prompt widget_cells controls "
+                                  "scroller")
+LAB = Frontend(
+    url="lab/tree/{path}?reset&token={token}", opened='.jp-Notebook-ExecutionIndicator[data-status="idle"]',
+    cell=".jp-NotebookPanel .jp-Cell", cells=CELLS_JS, outputs=".jp-OutputArea-output", started=STARTED_JS,
+    done=DONE_JS, status=STATUS_JS, run_all=(".lm-MenuBar-itemLabel:text-is('Run')", ".lm-Menu-itemLabel:text-is('Run All Cells')"),
+    prompt=r"\[\d+\]:", widget_cells=".jp-Cell:has(.jp-OutputArea-output > .jupyter-widgets)",
+    controls=".noUi-handle, input[type=text]", scroller=".jp-NotebookPanel .jp-WindowedPanel-outer")
+# The classic Notebook 6 of Colab's own package list (notebook 6.5.7, widgetsnbextension 3.6.10), the front end that
+# renders ipywidgets 7 as Colab does: JupyterLab 4's widget manager registers only ipywidgets 8's modules
+# ("@jupyter-widgets/controls, version ^1.5.0 is not registered").
+CLASSIC_PROMPTS = "[...document.querySelectorAll('.code_cell .input_prompt')].map(p => p.textContent)"
+CLASSIC = Frontend(
+    url="notebooks/{path}?token={token}", opened="#kernel_indicator_icon.kernel_idle_icon", cell="#notebook-container .cell",
+    cells="""() => [...document.querySelectorAll('#notebook-container .cell')].map(cell => ({
+  prompt: (cell.querySelector('.input_prompt')?.textContent || '').replace(/\\s/g, ''),
+  text: [...cell.querySelectorAll('.output_area')].map(o => o.textContent).join('\\n'),
+  stderr: [...cell.querySelectorAll('.output_stderr, .output_error')].map(o => o.textContent),
+  images: [...cell.querySelectorAll('.output_area img')].map(i => i.naturalWidth),
+  widgets: cell.querySelectorAll('.output_area .jupyter-widgets').length,
+}))""", outputs=".output_area", started=f"() => {CLASSIC_PROMPTS}.some(p => /[*\\d]/.test(p))",
+    done=f"""() => {{ const prompts = {CLASSIC_PROMPTS};
+  return document.querySelector('#kernel_indicator_icon.kernel_idle_icon')
+    && prompts.some(p => /\\[\\d+\\]/.test(p)) && !prompts.some(p => p.includes('*')) }}""",
+    status=f"() => [document.querySelector('#kernel_indicator_icon')?.className, {CLASSIC_PROMPTS}.join(' ')]",
+    run_all=("#celllink", "#run_all_cells > a"), prompt=r"In\[\d+\]:",
+    widget_cells=".cell:has(.output_subarea.jupyter-widgets-view)", controls=".ui-slider-handle, input[type=text]",
+    scroller="#site")
 
 
 
@@ -128,14 +157,15 @@ def browser():
 
 
 @contextmanager
-def jupyter_lab(root: Path, home: Path):
+def jupyter_lab(root: Path, home: Path, env: dict | None = None):
     """JupyterLab as `make lab` starts it, serving `root` from `root` (where nbgrader and formgrader read
-    nbgrader_config.py), on a free loopback port with a random token; its settings and log under `home`."""
+    nbgrader_config.py), on a free loopback port with a random token; its settings and log under `home`; `env`: more
+    environment variables for the server and its kernels."""
     for name, values in LAB_SETTINGS.items():
         (home / "settings" / name).parent.mkdir(parents=True, exist_ok=True)
         (home / "settings" / f"{name}.jupyterlab-settings").write_text(json.dumps(values))
     port = free_port()
-    lab = Lab(f"http://127.0.0.1:{port}", secrets.token_hex(16))
+    lab = Lab(f"http://127.0.0.1:{port}", secrets.token_hex(16), root, LAB)
     command = [BIN / "jupyter", "lab", f"--ServerApp.root_dir={root}", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
                "--ServerApp.port_retries=0", f"--IdentityProvider.token={lab.token}", "--no-browser", "--ServerApp.open_browser=False",
                # ours, not the user's: settings, workspaces, and checkpoints (absolute: no .ipynb_checkpoints in solutions/)
@@ -143,10 +173,17 @@ def jupyter_lab(root: Path, home: Path):
                f"--FileCheckpoints.checkpoint_dir={home / 'checkpoints'}"]
     if os.getuid() == 0:
         command.append("--allow-root")  # as `make lab` does: containers, cloud machines
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")  # nbgrader's Validate calls the venv
-    log = home / "server.log"
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **(env or {}))  # Validate calls the venv
     # cwd: nbgrader's Validate reads nbgrader_config.py from the server's working folder
-    server = subprocess.Popen(command, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=log.open("w"),
+    with serving(command, lab, home, env) as lab:
+        yield lab
+
+
+@contextmanager
+def serving(command: list, lab: Lab, home: Path, env: dict):
+    """Run a Jupyter server's `command` until it answers at `lab.url`; stop it and its kernels afterwards."""
+    log = home / "server.log"
+    server = subprocess.Popen(command, cwd=lab.root, env=env, stdin=subprocess.DEVNULL, stdout=log.open("w"),
                               stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
@@ -156,7 +193,7 @@ def jupyter_lab(root: Path, home: Path):
                 break
             except OSError:
                 if server.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"JupyterLab did not start:\n{log.read_text()[-3000:]}")
+                    pytest.fail(f"{command[0]} did not start:\n{log.read_text()[-3000:]}")
                 time.sleep(0.5)
         yield lab
     finally:
@@ -174,14 +211,14 @@ def lab(tmp_path_factory):
 def notebook_page(browser, lab: Lab, path: Path):
     """A fresh tab with the notebook at `path` open, all its cells in the page and its kernel idle; the kernel is shut
     down afterwards."""
-    relative = path.relative_to(ROOT).as_posix()
+    relative = path.relative_to(lab.root).as_posix()
     count = len(read(path).cells)
     page = browser.new_page(viewport=VIEWPORT)
     page.set_default_timeout(60_000)
     try:
-        page.goto(f"{lab.url}/lab/tree/{relative}?reset&token={lab.token}")  # reset: no tabs from an earlier page
-        page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]')
-        page.wait_for_function(f"() => document.querySelectorAll('.jp-NotebookPanel .jp-Cell').length === {count}")
+        page.goto(f"{lab.url}/{lab.frontend.url.format(path=relative, token=lab.token)}")  # Lab's reset: no earlier tabs
+        page.wait_for_selector(lab.frontend.opened)
+        page.wait_for_function(f"() => document.querySelectorAll('{lab.frontend.cell}').length === {count}")
         yield page
     finally:
         page.close()
@@ -208,31 +245,32 @@ def dismiss_dialogs(page) -> list[str]:
     return seen
 
 
-def run_all(page):
+def run_all(page, frontend: Frontend = LAB):
     """Run > Run All Cells, from the menu bar; wait until every code cell has run and the kernel is idle."""
     dialogs = []
     for _ in range(3):  # now and then a first click runs nothing (the kernel still connecting?): click again
         dialogs += dismiss_dialogs(page)
-        page.click(".lm-MenuBar-itemLabel:text-is('Run')")
-        page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
+        for item in frontend.run_all:
+            page.click(item)
         try:
-            page.wait_for_function(STARTED_JS, timeout=15_000)
+            page.wait_for_function(frontend.started, timeout=15_000)
             break
         except PlaywrightTimeout:
             pass
     try:
-        page.wait_for_function(DONE_JS, timeout=RUN_TIMEOUT_MS)
+        page.wait_for_function(frontend.done, timeout=RUN_TIMEOUT_MS)
     except PlaywrightTimeout:
-        status = page.evaluate(STATUS_JS)
-        pytest.fail(f"Run All did not finish in {RUN_TIMEOUT_MS / 1000:.0f} s (see {screenshot(page, 'timeout')}): {status}"
-                    + (f"; dialogs closed on the way: {dialogs}" if dialogs else ""))
+        status = page.evaluate(frontend.status)
+        pytest.fail(f"Run All did not finish in {RUN_TIMEOUT_MS / 1000:.0f} s (see {screenshot(page, 'timeout', frontend)}): "
+                    f"{status}" + (f"; dialogs closed on the way: {dialogs}" if dialogs else ""))
     # widgets render after their cell has run: give the placeholders time to go
-    page.wait_for_function("() => ![...document.querySelectorAll('.jp-OutputArea-output')].some(o => o.textContent.includes('Loading widget'))")
+    page.wait_for_function(f"() => ![...document.querySelectorAll('{frontend.outputs}')]"
+                           ".some(o => o.textContent.includes('Loading widget'))")
 
 
-def screenshot(page, name: str) -> Path:
+def screenshot(page, name: str, frontend: Frontend = LAB) -> Path:
     """The whole notebook in one picture: a viewport as tall as the notebook, scrolled to the top."""
-    height = page.evaluate("() => { const o = document.querySelector('.jp-NotebookPanel .jp-WindowedPanel-outer');"
+    height = page.evaluate(f"() => {{ const o = document.querySelector('{frontend.scroller}');"
                            " o.scrollTop = 0; return o.scrollHeight }")
     page.set_viewport_size({"width": VIEWPORT["width"], "height": min(height + 200, 30_000)})
     page.wait_for_timeout(500)  # layout and paint at the new size
@@ -242,9 +280,10 @@ def screenshot(page, name: str) -> Path:
     return path
 
 
-def problems(page, nb) -> list[str]:
-    """What is wrong in what the page shows, cell by cell; [] when nothing is."""
-    cells = page.evaluate(CELLS_JS)
+def problems(page, nb, stand_ins=(), frontend: Frontend = LAB) -> list[str]:
+    """What is wrong in what the page shows, cell by cell; [] when nothing is. A line on stderr that holds one of
+    `stand_ins` is the test machine's, not the notebook's: not counted."""
+    cells = page.evaluate(frontend.cells)
     if len(cells) != len(nb.cells):
         return [f"the page shows {len(cells)} cells, the notebook has {len(nb.cells)}"]
     found = []
@@ -252,11 +291,12 @@ def problems(page, nb) -> list[str]:
         if cell.cell_type != "code" or not cell.source.strip():
             continue  # JupyterLab does not number an empty cell
         where = f"cell {number} ({cell.id})"
-        if not re.fullmatch(r"\[\d+\]:", shown["prompt"]):
+        if not re.fullmatch(frontend.prompt, shown["prompt"]):
             found.append(f"{where} did not run: prompt {shown['prompt']!r}")
         # nbgrader zeroes a test cell that writes to stderr, warnings included: the lessons set the example and write
         # none (JupyterLab renders an error output with the stderr mime type too)
-        found += [f"{where} shows an error or writes to stderr:\n{text[:1500]}" for text in shown["stderr"]]
+        found += [f"{where} shows an error or writes to stderr:\n{text[:1500]}" for text in shown["stderr"]
+                  if not any(line in text for line in stand_ins)]
         if match := NOT_A_WIDGET.search(shown["text"]):
             found.append(f"{where} shows {match.group()!r} instead of a live widget")
         if WIDGET.search(cell.source) and not shown["widgets"]:
@@ -270,7 +310,7 @@ def problems(page, nb) -> list[str]:
 
 def poke(control):
     """Change a control as a student would: a slider one step to the right, a text box by typing at its end."""
-    if "noUi-handle" in control.get_attribute("class"):
+    if "-handle" in (control.get_attribute("class") or ""):  # noUi-handle (ipywidgets 8), ui-slider-handle (7)
         control.press("ArrowRight")
     else:
         control.click()
@@ -283,22 +323,73 @@ def test_solution_in_jupyterlab(browser, lab, assignment):
     path = source_path(assignment)
     nb = read(path)
     with notebook_page(browser, lab, path) as page:
-        run_all(page)
-        shot = screenshot(page, f"{assignment}-run")
-        assert not (found := problems(page, nb)), f"{assignment} in the browser (see {shot}):\n" + "\n".join(found)
-        widget_cells = page.locator(".jp-Cell:has(.jp-OutputArea-output > .jupyter-widgets)")
-        for index in range(widget_cells.count()):
-            cell = widget_cells.nth(index)
-            control = cell.locator(".noUi-handle, input[type=text]").first
-            assert control.count(), f"{assignment}: a widget with no control this test can move (see {shot}); teach poke() its kind"
-            before = cell.evaluate(DRIVEN_JS)
-            poke(control)
-            page.wait_for_function(f"([cell, before]) => ({DRIVEN_JS})(cell) !== before", arg=[cell.element_handle(), before],
-                                   timeout=60_000)
-        if widget_cells.count():
-            page.wait_for_function(DONE_JS)  # the widget's callback has finished
-            shot = screenshot(page, f"{assignment}-widgets")
-            assert not (found := problems(page, nb)), f"{assignment} after moving its widgets (see {shot}):\n" + "\n".join(found)
+        run_all_and_move_widgets(page, nb, assignment)
+
+
+COLAB_NOTEBOOKS = ("01_tensors", "08_capstone")  # the first and the longest; widgets, figures, training
+
+
+@pytest.fixture(scope="module")
+def colab_notebook(tmp_path_factory):
+    """The classic Notebook of Colab's own list, run by `make colab-check`'s environment of Colab's versions (its
+    interpreter in COURSE_COLAB_PYTHON), with that environment's kernel, serving a folder that holds the torchcourse
+    wheel as a student's Colab session holds the one they uploaded; pip in the kernel sees no index."""
+    python = os.environ.get("COURSE_COLAB_PYTHON")
+    if not python:
+        pytest.skip("runs from `make colab-check BROWSER=1`, which builds the environment of Colab's versions")
+    home, content = tmp_path_factory.mktemp("colab-notebook"), tmp_path_factory.mktemp("content")
+    colab_check.build_wheel(content)
+    lab = Lab(f"http://127.0.0.1:{free_port()}", secrets.token_hex(16), content, CLASSIC)
+    # nbclassic: the classic Notebook on jupyter_server, which names the notebook to its kernel (JPY_SESSION_NAME)
+    command = [Path(python).parent / "jupyter-nbclassic", f"--ServerApp.root_dir={content}", "--ServerApp.ip=127.0.0.1",
+               f"--ServerApp.port={lab.url.rsplit(':', 1)[1]}", "--ServerApp.port_retries=0",
+               f"--IdentityProvider.token={lab.token}", "--no-browser", *(["--allow-root"] if os.getuid() == 0 else [])]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "PYTHON", "VIRTUAL_ENV", "PIP_"))}
+    env.update(PIP_NO_INDEX="1", PYTHONNOUSERSITE="1", PATH=f"{Path(python).parent}{os.pathsep}{env['PATH']}",
+               JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_RUNTIME_DIR=str(home / "runtime"))
+    with serving(command, lab, home, env) as lab:
+        yield lab
+
+
+@pytest.mark.colab
+@pytest.mark.parametrize("assignment", COLAB_NOTEBOOKS)
+def test_student_notebook_on_colabs_versions_in_their_classic_notebook(browser, colab_notebook, assignment):
+    """A student's notebook, answered, on Colab's versions in their classic Notebook: its set-up cell installs the
+    uploaded wheel, Run All shows every figure and live widget (ipywidgets 7), and the widgets react."""
+    python = os.environ["COURSE_COLAB_PYTHON"]
+    subprocess.run([python, "-m", "pip", "uninstall", "--quiet", "--yes", "torchcourse"], capture_output=True)
+    # no hand_in(): in Colab it asks Colab's frontend; the classic Notebook names to its kernel the folder, not the file
+    path = colab_check.hand_in_copy(assignment, colab_notebook.root, hand_in=False)
+    nb = read(path)
+    with notebook_page(browser, colab_notebook, path) as page:
+        run_all_and_move_widgets(page, nb, f"colab-{assignment}", stand_ins=colab_check.STAND_INS, frontend=CLASSIC)
+        probe = next(cell["text"] for cell in page.evaluate(CLASSIC.cells) if "COLAB-CHECK " in cell["text"])
+    kernel = json.loads(probe.split("COLAB-CHECK ", 1)[1].strip())
+    expected = colab_check.constraints(colab_check.FREEZE.read_text())
+    assert f"torch=={kernel['torch'].split('+')[0]}" in expected and f"ipywidgets=={kernel['ipywidgets']}" in expected, kernel
+    assert Path(kernel["torchcourse"]).is_relative_to(Path(python).parents[1]), "torchcourse was not installed by the cell"
+
+
+def run_all_and_move_widgets(page, nb, name: str, stand_ins=(), frontend: Frontend = LAB):
+    """Run All, then move every widget's control; fail with what the page shows wrong after each (screenshots named
+    after `name`; `stand_ins` as for problems())."""
+    run_all(page, frontend)
+    shot = screenshot(page, f"{name}-run", frontend)
+    assert not (found := problems(page, nb, stand_ins, frontend)), f"{name} in the browser (see {shot}):\n" + "\n".join(found)
+    widget_cells = page.locator(frontend.widget_cells)
+    for index in range(widget_cells.count()):
+        cell = widget_cells.nth(index)
+        control = cell.locator(frontend.controls).first
+        assert control.count(), f"{name}: a widget with no control this test can move (see {shot}); teach poke() its kind"
+        before = cell.evaluate(DRIVEN_JS)
+        poke(control)
+        page.wait_for_function(f"([cell, before]) => ({DRIVEN_JS})(cell) !== before", arg=[cell.element_handle(), before],
+                               timeout=60_000)
+    if widget_cells.count():
+        page.wait_for_function(frontend.done)  # the widget's callback has finished
+        shot = screenshot(page, f"{name}-widgets", frontend)
+        assert not (found := problems(page, nb, stand_ins, frontend)), \
+            f"{name} after moving its widgets (see {shot}):\n" + "\n".join(found)
 
 
 def test_validate_button_passes_an_answer_typed_in_the_editor(browser, lab):

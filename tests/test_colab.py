@@ -1,5 +1,5 @@
-"""Colab: every notebook opens with the same set-up cell, its install branch works with only what Colab has, and the
-README links each notebook to Colab."""
+"""Colab: every notebook opens with the same set-up cell, its install branch works with only what Colab has, every
+student notebook runs on Colab's versions (`make colab-check`), and the README links each notebook to Colab."""
 
 import ast
 import json
@@ -8,19 +8,19 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
-import nbformat
 import pytest
 
+import colab_check
 import shipped
 from colab_cell import CELL_ID, TEMPLATE, find_links, repository, source, version, wheel
+from conftest import require
 from course import ROOT, assignments, grading, read, release_path, source_path
 
 ALL_NOTEBOOKS = [p for a in assignments() for p in (source_path(a), release_path(a))]
-# What a fresh Colab runtime has that the notebooks use, and what runs a notebook; not nbgrader, not the course.
-COLAB = ("torch", "numpy", "matplotlib", "ipywidgets", "ipykernel", "nbclient", "nbformat")
 BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 
 
@@ -83,21 +83,6 @@ def test_readme_students_section_starts_with_colab_badges_then_the_two_commands(
     assert "make setup" in commands and "make lab" in commands, "after the badges: the two commands"
 
 
-RUN = """
-import sys, nbformat
-from nbclient import NotebookClient
-nb = nbformat.read(sys.argv[1], as_version=4)
-NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
-               resources={"metadata": {"path": sys.argv[2]}}).execute()
-nbformat.write(nb, sys.argv[1])
-"""
-PROBE = """
-import importlib.util, json, sys, torchcourse
-print(json.dumps({"prefix": sys.prefix, "torchcourse": torchcourse.__file__, "version": torchcourse.__version__,
-                  "nbgrader": importlib.util.find_spec("nbgrader") is not None}))
-"""
-
-
 @pytest.fixture(scope="module")
 def dist():
     """`make dist` by the instructor in the course as shipped: its dist/ folder."""
@@ -105,8 +90,16 @@ def dist():
     return shipped.course() / "dist"
 
 
+@pytest.fixture(scope="module")
+def colab_env():
+    """`make colab-check`'s environment of Colab's versions (built under .colab/ once, about 2 minutes and 5 GB)."""
+    base = colab_check.colab_python()
+    require("Colab's versions need Python 3.13 or 3.12", None if base else "neither is on PATH or under pyenv")
+    return colab_check.environment(base)
+
+
 @pytest.mark.slow
-@pytest.mark.xdist_group("dist")
+@pytest.mark.xdist_group("colab")  # one worker: the tests that share .colab/ and dist/
 def test_make_dist_builds_the_release_with_its_data_and_twine_accepts_it(dist):
     assert sorted(p.name for p in dist.iterdir()) == sorted([wheel(), f"torchcourse-{version()}.tar.gz"])
     with zipfile.ZipFile(dist / wheel()) as built:
@@ -116,46 +109,51 @@ def test_make_dist_builds_the_release_with_its_data_and_twine_accepts_it(dist):
     assert {"torchcourse/data.py", "torchcourse/testing.py"} <= names
 
 
-@pytest.mark.slow  # a fresh venv and pip installs
-@pytest.mark.xdist_group("dist")
-def test_colab_setup_cell_installs_an_uploaded_wheel_then_a_notebook_runs(dist, tmp_path):
-    """Colab's packages (the pinned versions here), no index and no clone: the set-up cell says what to do; with the
-    wheel uploaded beside the notebook it installs it, changes no other package, and the notebook runs."""
-    pins = dict(line.split("#")[0].strip().split("==") for line in (ROOT / "requirements.txt").read_text().splitlines()
-                if line.split("#")[0].strip())
-    env_dir, content = tmp_path / "colab-env", tmp_path / "content"  # content/: Colab's working folder
-    content.mkdir()
-    python = env_dir / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "venv", env_dir], check=True)
-    install = subprocess.run([python, "-m", "pip", "install", "--quiet", *(f"{p}=={pins[p]}" for p in COLAB)],
-                             capture_output=True, text=True)
-    assert install.returncode == 0, install.stderr[-3000:]
+def test_colabs_list_has_what_torchcourse_needs():
+    """The set-up cell installs torchcourse with --no-deps, keeping Colab's torch: each of its dependencies must be in
+    Colab's own list, and the check's environment pins Colab's torch, not a URL."""
+    colab = {re.split(r"==| @ ", line)[0].lower().replace("_", "-") for line in colab_check.FREEZE.read_text().splitlines()
+             if not line.startswith("#")}
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert dependencies and not [d for d in dependencies if d.lower() not in colab], colab_check.FREEZE
+    pins = colab_check.constraints(colab_check.FREEZE.read_text())
+    assert [p for p in pins if p.startswith("torch==")] == ["torch==2.11.0"] and not any(" @ " in p for p in pins)
+    assert not any(p.lower().startswith("nvidia") for p in pins), "NVIDIA's libraries are the torch build's to choose"
+
+
+@pytest.mark.slow  # pip installs
+@pytest.mark.xdist_group("colab")
+def test_colab_setup_cell_installs_an_uploaded_wheel_and_nothing_else(dist, colab_env, tmp_path):
+    """On Colab's versions, with no package index and no clone: the set-up cell says what to do; with the wheel
+    uploaded beside the notebook it installs it, changes no other package, and a new process finds its data."""
+    python = colab_env.python
+    subprocess.run([python, "-m", "pip", "uninstall", "--quiet", "--yes", "torchcourse"], capture_output=True)
     freeze = [python, "-m", "pip", "list", "--format=freeze", "--exclude", "torchcourse"]
     before = subprocess.run(freeze, capture_output=True, text=True, check=True).stdout
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "PYTHON", "VIRTUAL_ENV", "PIP_"))}
-    # no package index at all: torchcourse can come only from the notebook's folder
-    env.update(PIP_NO_INDEX="1", PYTHONNOUSERSITE="1", PATH=f"{env_dir / 'bin'}{os.pathsep}{env['PATH']}")
+    env.update(PIP_NO_INDEX="1", PYTHONNOUSERSITE="1", PATH=f"{python.parent}{os.pathsep}{env['PATH']}")
+    content = tmp_path / "content"  # Colab's working folder
+    content.mkdir()
 
     alone = subprocess.run([python, "-c", source()], env=env, cwd=content, capture_output=True, text=True)
     assert alone.returncode != 0 and f"Ask your instructor for the file {wheel()}, upload it" in alone.stderr, \
         alone.stderr[-2000:]
-
     shutil.copy(dist / wheel(), content)  # what a student uploads in Colab's file panel
-    nb = read(source_path("03_modules"))
-    nb.cells.append(nbformat.v4.new_code_cell(PROBE, id="probe"))
-    nbformat.write(nb, content / "notebook.ipynb")
-    run = subprocess.run([python, "-c", RUN, content / "notebook.ipynb", content], env=env, cwd=content,
-                         capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    cells = read(content / "notebook.ipynb").cells
-    errors = [f"{c.id}: {o.ename}: {o.evalue}" for c in cells for o in c.get("outputs", []) if o.output_type == "error"]
-    assert not errors, errors
-    probe = json.loads(next(o.text for o in cells[-1].outputs if o.output_type == "stream" and o.name == "stdout"))
-    assert os.path.samefile(probe["prefix"], env_dir) and not probe["nbgrader"] and probe["version"] == version(), probe
-    assert Path(probe["torchcourse"]).is_relative_to(env_dir), probe  # installed, not read from a clone
+    installed = subprocess.run([python, "-c", source()], env=env, cwd=content, capture_output=True, text=True)
+    assert installed.returncode == 0, installed.stderr[-2000:]
     after = subprocess.run(freeze, capture_output=True, text=True, check=True).stdout
     assert after == before, "the set-up cell changed Colab's packages (torch reinstalled?)"
     # As after a kernel restart: a new process finds the package through pip's install, and its data inside it.
     data = subprocess.run([python, "-c", "from torchcourse.data import data_file; print(data_file('digits.csv.gz'))"],
                           env=env, cwd=tmp_path, capture_output=True, text=True)
-    assert data.returncode == 0 and Path(data.stdout.strip()).is_relative_to(env_dir), data.stderr
+    assert data.returncode == 0 and Path(data.stdout.strip()).is_relative_to(python.parents[1]), data.stderr
+
+
+@pytest.mark.slow  # every notebook, about 6 minutes
+@pytest.mark.xdist_group("colab")
+def test_every_student_notebook_runs_on_colabs_versions(colab_env, tmp_path):
+    """`make colab-check`: each notebook, answered, from its set-up cell (the wheel uploaded) to hand_in(), on
+    Colab's versions: every cell runs, nothing on stderr but this machine's stand-ins, every figure and widget shown,
+    every exercise's visible tests pass."""
+    status = colab_check.main(["--python", str(colab_env.python), "--out", str(tmp_path / "report.md")])
+    assert status == 0, (tmp_path / "report.md").read_text()

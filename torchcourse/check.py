@@ -69,7 +69,11 @@ def check(path: Path, timeout: int = 120) -> list[Exercise]:
             cell.source = HIDDEN.sub("", cell.source)  # a copy of the sources keeps its hidden tests: skip them
     NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(path.parent)}}).execute()
+    return exercises(nb)
 
+
+def exercises(nb) -> list[Exercise]:
+    """Every exercise of a notebook that has run, in order, as its test cells' outputs show it."""
     reports = []
     for answer in answer_cells(nb):
         name = grading(answer)["grade_id"]
