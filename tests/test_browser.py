@@ -355,11 +355,13 @@ def colab_notebook(tmp_path_factory):
 @pytest.mark.parametrize("assignment", COLAB_NOTEBOOKS)
 def test_student_notebook_on_colabs_versions_in_their_classic_notebook(browser, colab_notebook, assignment):
     """A student's notebook, answered, on Colab's versions in their classic Notebook: its set-up cell installs the
-    uploaded wheel, Run All shows every figure and live widget (ipywidgets 7), and the widgets react."""
+    uploaded wheel, Run All shows every figure and live widget (ipywidgets 7), the widgets react, hand_in() writes it."""
     python = os.environ["COURSE_COLAB_PYTHON"]
     subprocess.run([python, "-m", "pip", "uninstall", "--quiet", "--yes", "torchcourse"], capture_output=True)
-    # no hand_in(): in Colab it asks Colab's frontend; the classic Notebook names to its kernel the folder, not the file
-    path = colab_check.hand_in_copy(assignment, colab_notebook.root, hand_in=False)
+    folder = colab_notebook.root / assignment  # a folder per notebook, as released: hand_in() finds the one in it
+    folder.mkdir()
+    shutil.copy(next(colab_notebook.root.glob("torchcourse-*.whl")), folder)  # uploaded beside the notebook
+    path = colab_check.hand_in_copy(assignment, folder)
     nb = read(path)
     with notebook_page(browser, colab_notebook, path) as page:
         run_all_and_move_widgets(page, nb, f"colab-{assignment}", stand_ins=colab_check.STAND_INS, frontend=CLASSIC)
@@ -368,6 +370,7 @@ def test_student_notebook_on_colabs_versions_in_their_classic_notebook(browser, 
     expected = colab_check.constraints(colab_check.FREEZE.read_text())
     assert f"torch=={kernel['torch'].split('+')[0]}" in expected and f"ipywidgets=={kernel['ipywidgets']}" in expected, kernel
     assert Path(kernel["torchcourse"]).is_relative_to(Path(python).parents[1]), "torchcourse was not installed by the cell"
+    assert (path.parent / "hand-in" / path.name).exists(), "hand_in() wrote no file"
 
 
 def run_all_and_move_widgets(page, nb, name: str, stand_ins=(), frontend: Frontend = LAB):

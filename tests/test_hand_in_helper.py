@@ -97,6 +97,22 @@ def test_nothing_happens_under_nbgrader_and_an_unknown_kernel_is_told_what_to_do
     assert not (tmp_path / handin.OUT).exists()
 
 
+def test_a_folder_named_by_the_classic_notebook_holding_one_notebook_hands_that_one_in(monkeypatch, tmp_path):
+    """The classic Notebook (and nbclassic) sends the server no file name: JPY_SESSION_NAME is then the folder. Its
+    one notebook is the one running; with two it cannot tell, and says so."""
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    folder = tmp_path / "work"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    monkeypatch.setenv("JPY_SESSION_NAME", str(folder) + "/")
+    nb, _ = first_answered(assignments()[0])
+    nbformat.write(nb, folder / "mine.ipynb")
+    assert handin.hand_in().resolve() == folder / handin.OUT / release_path(assignments()[0]).name
+    nbformat.write(nb, folder / "mine-Copy1.ipynb")
+    with pytest.raises(RuntimeError, match="holds 2 notebooks"):
+        handin.hand_in()
+
+
 def test_a_kernel_that_jupyters_server_started_hands_in_the_notebook_it_runs(tmp_path):
     """A real Jupyter server and a session for a renamed copy in a sub-folder: the kernel learns its notebook's path
     from the server (JPY_SESSION_NAME) and hand_in writes the file under the assignment's own name."""

@@ -63,6 +63,13 @@ def running_notebook():
     if not path:
         from IPython import get_ipython  # VS Code names it in the user's namespace
         path = (get_ipython().user_ns if get_ipython() else {}).get("__vsc_ipynb_file__")
+    if path and Path(path).is_dir():  # the classic Notebook's front end names no file: the server names its folder
+        inside = sorted(Path(path).glob("*.ipynb"))
+        if len(inside) != 1:
+            raise RuntimeError(f"Jupyter names the folder {path}, not the notebook, and it holds {len(inside)} "
+                               "notebooks: hand in the .ipynb file itself, after `python -m torchcourse.check "
+                               "path/to/it.ipynb`")
+        path = str(inside[0])
     if not path or not Path(path).is_file():
         raise RuntimeError("cannot tell which notebook this kernel runs (not Colab, and Jupyter did not say): hand in "
                            "the .ipynb file itself, after `python -m torchcourse.check path/to/it.ipynb`")
