@@ -10,7 +10,7 @@ from nbgrader.preprocessors import Execute
 from nbgrader.utils import is_grade, is_solution
 from traitlets import Float, Integer, default
 
-from torchcourse.check import HIDDEN, answer_cells, grading, test_cells
+from torchcourse.format import HIDDEN, answer_cells, grading, test_cells
 from torchcourse.values import MIME
 
 from .integrity import Canary, isolated, names_used, preload, probes_for, setup, what_changed

@@ -34,7 +34,7 @@ from nbformat import NotebookNode
 from traitlets import default, validate
 from traitlets.config import LoggingConfigurable
 
-from torchcourse.check import HIDDEN, answer_cells, grading, test_cells  # HIDDEN: the one definition of the markers
+from torchcourse.format import HIDDEN, answer_cells, grading, test_cells  # HIDDEN: the one definition of the markers
 
 from .execute import FINDINGS, GuardedExecute, error_output, is_test
 from .notebook import exercise_name, first_failure, unanswered

@@ -27,7 +27,7 @@ from nbgrader.utils import parse_utc
 from sqlalchemy.exc import SAWarning
 from traitlets.config import Config
 
-from torchcourse.check import HIDDEN, answer_cells, test_cells
+from torchcourse.format import HIDDEN, answer_cells, test_cells
 
 from . import gradebook, handin, notebook, processes, reference
 from .execute import FINDINGS, SKIPPED, GuardedExecute, is_test

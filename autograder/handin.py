@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import nbformat
 from nbgrader.api import Gradebook
 
-from torchcourse.check import grading
+from torchcourse.format import grading
 
 MAX_BYTES = 50 * 2**20  # a notebook larger than this is not a course notebook
 MAX_SOURCE_CHARS = 2**20  # a cell's text: a course answer is tens of lines

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from IPython.core.inputtransformer2 import TransformerManager
 
-from torchcourse.check import SKIP_TAG, grading
+from torchcourse.format import SKIP_TAG, grading
 
 # A cell calling one of these can read any name: nothing before it is skipped.
 DYNAMIC = {"exec", "eval", "globals", "locals", "vars", "__import__", "compile"}

@@ -8,7 +8,7 @@ import types
 import jsonschema
 import nbgrader.nbgraderformat.common
 
-from torchcourse.check import grading
+from torchcourse.format import grading
 
 HEADING = re.compile(r"^#{1,6}\s+(.*?)[\s#]*$")
 POINTS_NOTE = re.compile(r"\s*\(\d+(\.\d+)?\s+points?\)$")  # "Exercise 3: GELU (4 points)"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import nbformat
 
-from torchcourse.check import answer_cells, grading, test_cells
+from torchcourse.format import answer_cells, grading, test_cells
 
 from .execute import SKIPPED
 from .feedback import NOT_ANSWERED, PAGE_POLICY, TIMED_OUT

@@ -37,7 +37,7 @@ import numpy as np
 from traitlets import Float, Integer
 from traitlets.config import Config, Configurable
 
-from torchcourse.check import answer_cells, grading
+from torchcourse.format import answer_cells, grading
 
 from . import handin
 

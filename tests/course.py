@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from torchcourse.check import HIDDEN, answer_cells, grading, test_cells
+from torchcourse.format import HIDDEN, answer_cells, grading, test_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 SETUP_CELLS = ("colab-setup", "setup")  # ids of the code cells that open every notebook, in order

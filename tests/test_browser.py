@@ -23,7 +23,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout, sync_playwrig
 import colab_check
 import payloads
 from course import BIN, FIGURE, ROOT, WIDGET, answer_ids, free_port, assignments, graded_cells_of, read, release_path, solution_answers, source_path
-from torchcourse.check import grading
+from torchcourse.format import grading
 
 # One xdist worker runs all of these, so that they share one server and one browser.
 pytestmark = [pytest.mark.xdist_group("browser"), pytest.mark.browser]

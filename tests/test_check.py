@@ -6,8 +6,8 @@ import sys
 import nbformat
 
 from course import ROOT, read, release_path, solution_answers, source_path, with_answers, wrong_answers
-from torchcourse.check import check, grading
-from torchcourse.check import test_cells as graded_cells  # aliased: pytest would collect a test_* name
+from torchcourse.check import check
+from torchcourse.format import grading, test_cells as graded_cells  # aliased: pytest would collect a test_* name
 
 
 def test_reports_each_exercise_and_never_runs_hidden_tests(tmp_path):

@@ -19,7 +19,7 @@ import shipped
 from autograder.lessons import names
 from course import (answer_ids, assignments, grading, read, release_path, solution_answers, source_path,
                     graded_cells_of, with_answers, wrong_answers)
-from torchcourse.check import SKIP_TAG, test_cells as exercise_tests  # not test*: pytest collects it
+from torchcourse.format import SKIP_TAG, test_cells as exercise_tests  # not test*: pytest collects it
 
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]

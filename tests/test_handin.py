@@ -20,7 +20,7 @@ from autograder import handin
 from course import read, release_path, source_path
 from handins import ASSIGNMENT, FIRST, SECOND, colab, handin as student_version, release, right, right_answers, source
 from handins import assignment_gradebook, write
-from torchcourse.check import grading
+from torchcourse.format import grading
 
 COURSE_NOTEBOOK = "07_checkpointing"  # a notebook of the course, beside the grader's own test course
 # The same examples at every run (no flaky CI), and no example database written into the repository

@@ -11,7 +11,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor, OverwriteCells
 from autograder import handin
 from autograder.step import Step
 from handins import ASSIGNMENT, assignment_gradebook, grade, release, right, scratch_course, source, write, write_folder
-from torchcourse.check import HIDDEN, grading
+from torchcourse.format import HIDDEN, grading
 
 
 @pytest.fixture(scope="module")

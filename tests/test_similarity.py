@@ -16,7 +16,7 @@ from autograder import batch, config as course_config
 from autograder.similarity import Similarity, similar_pairs
 from course import assignments, read, release_path, solution_answers, wrong_answers
 from handins import ASSIGNMENT, COURSE, FIRST, NOTEBOOK, SECOND, html_text, right, write
-from torchcourse.check import answer_cells, grading
+from torchcourse.format import answer_cells, grading
 
 pytestmark = pytest.mark.xdist_group("similarity")  # the report's tests share one report, written once
 

@@ -11,12 +11,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*\n?", re.S | re.M)
-STUB = "raise NotImplementedError()"
-# A lesson cell with this tag is one the grading does not need (a demo, a plot): the grader skips it when the hand-in's
-# copy is the one released, and runs it when the student changed it. tests/test_notebook_files.py checks the marking.
-SKIP_TAG = "skip-in-grading"
-
+from .format import HIDDEN, STUB, answer_cells, grading, test_cells
 
 @dataclass
 class Exercise:
@@ -25,21 +20,6 @@ class Exercise:
     status: str  # "passed", "failed" or "not attempted"
     points: float  # at stake: visible and hidden tests together
     message: str = ""
-
-
-def grading(cell) -> dict:
-    """The cell's nbgrader metadata ({} for a lesson cell)."""
-    return cell.get("metadata", {}).get("nbgrader", {})
-
-
-def answer_cells(nb) -> list:
-    """The answer (solution) cells, one per exercise, in order."""
-    return [cell for cell in nb.cells if grading(cell).get("solution")]
-
-
-def test_cells(nb, answer_id: str) -> list:
-    """The test cells of one exercise: the graded cells named after its answer cell (`<answer_id>_...`)."""
-    return [cell for cell in nb.cells if grading(cell).get("grade") and grading(cell)["grade_id"].startswith(answer_id + "_")]
 
 
 def find_notebook(name: str) -> Path:

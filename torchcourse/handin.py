@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from .check import answer_cells, grading
+from .format import answer_cells, grading
 
 MANIFEST = Path(__file__).with_name("assignments.json")
 OUT = "hand-in"  # the folder the file to hand in is written to, beside the notebook
