@@ -11,7 +11,6 @@ from sqlalchemy.engine import make_url
 from traitlets import TraitError
 from traitlets.config import Config, PyFileConfigLoader
 
-from .kernel import not_folders
 from .similarity import Similarity
 
 FILE = "nbgrader_config.py"
@@ -26,7 +25,7 @@ def load(course: Path, settings: dict) -> Config:
     config.merge(Config(settings))
     config.CourseDirectory.root = str(course)
     folders = [str(course / p) for p in config.SandboxedKernelManager.get("read_only", [])]
-    missing = not_folders(folders)
+    missing = [p for p in folders if not os.path.isdir(p)]  # here, not through the kernel: configuration sits below it
     if missing:
         raise SystemExit(f"{path}: SandboxedKernelManager.read_only names {', '.join(missing)}, which "
                          f"{'is not a folder' if len(missing) == 1 else 'are not folders'}: the kernels could not "

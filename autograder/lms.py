@@ -38,7 +38,6 @@ from sqlalchemy.engine import make_url
 
 from . import config as course_config, gradebook
 from .batch import enter, resolve
-from .collect import CANVAS_PATTERN, MOODLE_PATTERN  # noqa: F401  (each LMS's zip layout, which `grade` recognises)
 from .results import spreadsheet_safe
 
 LMS = ("canvas", "moodle")
