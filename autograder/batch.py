@@ -25,6 +25,7 @@ from traitlets.config import Config
 
 from . import config as course_config, gradebook, grade_one, handin, limits, processes, reference, similarity
 from .collect import Submission, collect, from_course, layout_of
+from .config import enter, resolve
 from .kernel import SandboxUnavailable, require_sandbox
 from .notebook import nbgrader_ids
 from .processes import exclusive, in_child
@@ -81,19 +82,6 @@ def check_configuration(config: Config) -> None:
             require_sandbox(config.SandboxedKernelManager.get("bwrap", "bwrap"))
         except SandboxUnavailable as error:
             raise SystemExit(str(error)) from None
-
-
-def resolve(cd: CourseDirectory, name: str) -> tuple[str, Path]:
-    """An assignment named in full or by its number ('02'), and its one notebook in the sources."""
-    source = Path(cd.root) / cd.source_directory
-    names = sorted(p.name for p in source.iterdir() if p.is_dir()) if source.is_dir() else []
-    matches = [n for n in names if n == name or n.split("_")[0] == name]
-    if len(matches) != 1:
-        raise SystemExit(f"no assignment '{name}' in {source}; there are: {', '.join(names) or 'none'}")
-    notebooks = sorted((source / matches[0]).glob("*.ipynb"))
-    if len(notebooks) != 1:
-        raise SystemExit(f"{source / matches[0]} must hold exactly one notebook (it holds {len(notebooks)})")
-    return matches[0], notebooks[0]
 
 
 def shard_of(student_id: str, count: int) -> int:
@@ -166,13 +154,6 @@ def with_names(results: dict[str, dict], found: list[Submission], out: Path) -> 
             results[sid] = {**r, **names[sid]}
             write_result(out / "results" / f"{sid}.json", results[sid])
     return results
-
-
-def enter(course: Path) -> None:
-    """Work from the course folder, as nbgrader expects: its paths (the gradebook's among them) are relative to it,
-    and it runs `alembic` from this environment."""
-    os.chdir(course)
-    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 def grade(options: Options) -> list[dict]:

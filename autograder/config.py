@@ -1,12 +1,15 @@
-"""The course's nbgrader configuration, read once from the course folder and handed down to every step.
+"""The course: its nbgrader configuration, read once from the course folder and handed down to every step; working
+from that folder; an assignment by its name or number.
 
 Relative paths in it mean the course folder. They are made absolute here, where the file is read: nbgrader's
 converters change into other folders (a scratch course per hand-in) before their steps read them.
 """
 
 import os
+import sys
 from pathlib import Path
 
+from nbgrader.coursedir import CourseDirectory
 from sqlalchemy.engine import make_url
 from traitlets import TraitError
 from traitlets.config import Config, PyFileConfigLoader
@@ -40,3 +43,23 @@ def load(course: Path, settings: dict) -> Config:
             and not os.path.isabs(make_url(url).database):
         config.CourseDirectory.db_url = f"sqlite:///{course / make_url(url).database}"
     return config
+
+
+def enter(course: Path) -> None:
+    """Work from the course folder, as nbgrader expects: its paths (the gradebook's among them) are relative to it,
+    and it runs `alembic` from this environment."""
+    os.chdir(course)
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def resolve(cd: CourseDirectory, name: str) -> tuple[str, Path]:
+    """An assignment named in full or by its number ('02'), and its one notebook in the sources."""
+    source = Path(cd.root) / cd.source_directory
+    names = sorted(p.name for p in source.iterdir() if p.is_dir()) if source.is_dir() else []
+    matches = [n for n in names if n == name or n.split("_")[0] == name]
+    if len(matches) != 1:
+        raise SystemExit(f"no assignment '{name}' in {source}; there are: {', '.join(names) or 'none'}")
+    notebooks = sorted((source / matches[0]).glob("*.ipynb"))
+    if len(notebooks) != 1:
+        raise SystemExit(f"{source / matches[0]} must hold exactly one notebook (it holds {len(notebooks)})")
+    return matches[0], notebooks[0]

@@ -37,7 +37,7 @@ from nbgrader.coursedir import CourseDirectory
 from sqlalchemy.engine import make_url
 
 from . import config as course_config, gradebook
-from .batch import enter, resolve
+from .config import enter, resolve
 from .results import spreadsheet_safe
 
 LMS = ("canvas", "moodle")

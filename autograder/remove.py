@@ -13,7 +13,8 @@ from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.coursedir import CourseDirectory
 
 from . import config as course_config, gradebook
-from .batch import OUTPUTS, enter, resolve
+from .batch import OUTPUTS
+from .config import enter, resolve
 from .processes import exclusive
 from .results import full_name, read_result
 
