@@ -181,17 +181,23 @@ def widget_images(nb, cell) -> int:
     return images
 
 
+def fresh_runtime(python: Path, **extra: str) -> dict:
+    """Uninstall torchcourse from the environment of `python`, as in a new Colab runtime, and return the environment
+    variables its processes get: none of this machine's Jupyter, Python or pip settings, no package index."""
+    subprocess.run([python, "-m", "pip", "uninstall", "--quiet", "--yes", "torchcourse"], capture_output=True)
+    variables = {k: v for k, v in os.environ.items()
+                 if not k.startswith(("JUPYTER", "PYTHON", "VIRTUAL_ENV", "PIP_", "MPL", "OMP_"))}
+    return dict(variables, PIP_NO_INDEX="1", PYTHONNOUSERSITE="1",
+                PATH=f"{Path(python).parent}{os.pathsep}{variables['PATH']}", **extra)
+
+
 def run(assignment: str, env: Environment, wheel: Path, timeout: int) -> Run:
     """Run one notebook in a folder of its own holding it and the wheel, as a fresh Colab runtime would."""
     result = Run(assignment)
-    subprocess.run([env.python, "-m", "pip", "uninstall", "--quiet", "--yes", "torchcourse"], capture_output=True)
     with tempfile.TemporaryDirectory(prefix="colab-content-") as content:
         shutil.copy(wheel, content)
         path = hand_in_copy(assignment, Path(content))
-        variables = {k: v for k, v in os.environ.items()
-                     if not k.startswith(("JUPYTER", "PYTHON", "VIRTUAL_ENV", "PIP_", "MPL", "OMP_"))}
-        variables.update(PIP_NO_INDEX="1", PYTHONNOUSERSITE="1", PATH=f"{env.python.parent}{os.pathsep}{variables['PATH']}",
-                         JPY_SESSION_NAME=str(path))  # Jupyter's name of the notebook, which hand_in() reads
+        variables = fresh_runtime(env.python, JPY_SESSION_NAME=str(path))  # Jupyter's name of it, read by hand_in()
         start = time.perf_counter()
         done = subprocess.run([env.python, ROOT / "tests" / "colab_run.py", path, str(timeout)], cwd=content,
                               env=variables, capture_output=True, text=True)

@@ -344,9 +344,8 @@ def colab_notebook(tmp_path_factory):
     command = [Path(python).parent / "jupyter-nbclassic", f"--ServerApp.root_dir={content}", "--ServerApp.ip=127.0.0.1",
                f"--ServerApp.port={lab.url.rsplit(':', 1)[1]}", "--ServerApp.port_retries=0",
                f"--IdentityProvider.token={lab.token}", "--no-browser", *(["--allow-root"] if os.getuid() == 0 else [])]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "PYTHON", "VIRTUAL_ENV", "PIP_"))}
-    env.update(PIP_NO_INDEX="1", PYTHONNOUSERSITE="1", PATH=f"{Path(python).parent}{os.pathsep}{env['PATH']}",
-               JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_RUNTIME_DIR=str(home / "runtime"))
+    env = colab_check.fresh_runtime(Path(python), JUPYTER_CONFIG_DIR=str(home / "config"),
+                                    JUPYTER_RUNTIME_DIR=str(home / "runtime"))
     with serving(command, lab, home, env) as lab:
         yield lab
 
@@ -357,7 +356,7 @@ def test_student_notebook_on_colabs_versions_in_their_classic_notebook(browser, 
     """A student's notebook, answered, on Colab's versions in their classic Notebook: its set-up cell installs the
     uploaded wheel, Run All shows every figure and live widget (ipywidgets 7), the widgets react, hand_in() writes it."""
     python = os.environ["COURSE_COLAB_PYTHON"]
-    subprocess.run([python, "-m", "pip", "uninstall", "--quiet", "--yes", "torchcourse"], capture_output=True)
+    colab_check.fresh_runtime(Path(python))  # torchcourse uninstalled: the set-up cell installs it
     folder = colab_notebook.root / assignment  # a folder per notebook, as released: hand_in() finds the one in it
     folder.mkdir()
     shutil.copy(next(colab_notebook.root.glob("torchcourse-*.whl")), folder)  # uploaded beside the notebook

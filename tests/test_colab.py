@@ -3,7 +3,6 @@ student notebook runs on Colab's versions (`make colab-check`), and the README l
 
 import ast
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -127,11 +126,9 @@ def test_colab_setup_cell_installs_an_uploaded_wheel_and_nothing_else(dist, cola
     """On Colab's versions, with no package index and no clone: the set-up cell says what to do; with the wheel
     uploaded beside the notebook it installs it, changes no other package, and a new process finds its data."""
     python = colab_env.python
-    subprocess.run([python, "-m", "pip", "uninstall", "--quiet", "--yes", "torchcourse"], capture_output=True)
+    env = colab_check.fresh_runtime(python)
     freeze = [python, "-m", "pip", "list", "--format=freeze", "--exclude", "torchcourse"]
     before = subprocess.run(freeze, capture_output=True, text=True, check=True).stdout
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "PYTHON", "VIRTUAL_ENV", "PIP_"))}
-    env.update(PIP_NO_INDEX="1", PYTHONNOUSERSITE="1", PATH=f"{python.parent}{os.pathsep}{env['PATH']}")
     content = tmp_path / "content"  # Colab's working folder
     content.mkdir()
 
