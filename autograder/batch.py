@@ -23,19 +23,17 @@ from nbgrader.utils import parse_utc
 from sqlalchemy.engine import make_url
 from traitlets.config import Config
 
-from . import config as course_config, gradebook, grade_one, handin, limits, processes, reference, similarity
+from . import config as course_config, gradebook, grade_one, handin, layout, limits, processes, reference, similarity
 from .collect import Submission, collect, from_course, layout_of
 from .config import enter, resolve
 from .kernel import SandboxUnavailable, require_sandbox
 from .notebook import nbgrader_ids
-from .processes import exclusive, in_child
+from .layout import LOCK, OUTPUTS, REPORT, SOLUTION_LOG, TABLE, default_out, exclusive, output, replace_file
+from .processes import in_child
 from .progress import Progress
 from .report import write_report
-from .results import STATUSES, formgraders_mean, read_result, replace_file, write_result, write_table
+from .results import STATUSES, Job, formgraders_mean, not_graded, read_result, write_result, write_table
 from .supervisor import BatchFailed, Pool
-
-# a batch's output folders, one file per student: <folder>/<student><suffix>
-OUTPUTS = {"results": ".json", "feedback": ".html", "autograded": ".ipynb", "logs": ".log", "submitted": ".ipynb"}
 
 
 @dataclass(kw_only=True)
@@ -95,20 +93,20 @@ def plan(found, options: Options, make_job, out: Path) -> tuple[dict, list]:
     for s in found:
         job = make_job(s)
         if s.path is None:
-            results[s.student_id] = asdict(grade_one.not_graded(job, s.status, s.message))
-            write_result(out / "results" / f"{s.student_id}.json", results[s.student_id])  # for a merge
+            results[s.student_id] = asdict(not_graded(job, s.status, s.message))
+            write_result(output(out, "results", s.student_id), results[s.student_id])  # for a merge
             continue
-        previous = out / "results" / f"{s.student_id}.json"
+        previous = output(out, "results", s.student_id)
         old = None if options.force else read_result(previous)
         try:
             same = old and (old.get("sha256"), old.get("timestamp", "")) == (
                 hashlib.sha256(s.path.read_bytes()).hexdigest(), s.timestamp)
             if not same:
-                replace_file(out / "submitted" / f"{s.student_id}.ipynb", source=s.path)  # what the gradebook will hold
+                replace_file(output(out, "submitted", s.student_id), source=s.path)  # what the gradebook will hold
         except OSError as error:  # a file the instructor cannot read costs its row alone; a full disk stops the batch
             if error.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise
-            results[s.student_id] = asdict(grade_one.not_graded(
+            results[s.student_id] = asdict(not_graded(
                 job, "invalid", f"the notebook handed in could not be read ({type(error).__name__}: {error.strerror})"))
             write_result(previous, results[s.student_id])
             continue
@@ -152,7 +150,7 @@ def with_names(results: dict[str, dict], found: list[Submission], out: Path) -> 
     for sid, r in results.items():
         if sid in names and any(r.get(key, "") != value for key, value in names[sid].items()):
             results[sid] = {**r, **names[sid]}
-            write_result(out / "results" / f"{sid}.json", results[sid])
+            write_result(output(out, "results", sid), results[sid])
     return results
 
 
@@ -173,12 +171,12 @@ def grade(options: Options) -> list[dict]:
         # layout_of refuses a zip or folder whose names do not say whose each notebook is: before anything is written
         inside = f", in its folder {layout.inside}" if layout.inside else ""
         print(f"{options.submissions.name}: {layout.name} layout{inside}", file=sys.stderr)
-    out = (options.out or options.course / "autograder" / "grades" / assignment).resolve()
+    out = (options.out or default_out(options.course, assignment)).resolve()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise SystemExit(f"cannot write the grades into {out}: {error.strerror}") from None
-    with exclusive(out / ".lock", f"another grading is writing into {out}: wait for it to finish, or pass --out"):
+    with exclusive(out / LOCK, f"another grading is writing into {out}: wait for it to finish, or pass --out"):
         rows = grade_class(options, config, cd, assignment, source, out)
     summarise(rows, out, time.perf_counter() - wall, config, options.shard)
     return rows
@@ -207,9 +205,9 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
         with step("making the assignment's template course (nbgrader generate_assignment)"):
             shutil.copytree(source.parent, template / "source" / assignment)
             in_child(gradebook.generate_assignment, config, assignment, template,
-                     f"sqlite:///{template}/gradebook.db", template / "release")
+                     layout.scratch_gradebook(template), template / "release")
             # read once here: a grading process opening the template's gradebook would share its SQLite file
-            tests = in_child(handin.instructor_tests, f"sqlite:///{template}/gradebook.db", assignment, source.stem)
+            tests = in_child(handin.instructor_tests, layout.scratch_gradebook(template), assignment, source.stem)
         if pool is not None:  # while the warm kernels start
             with step("rendering the released notebook's feedback page, to be inherited by every grading"):
                 grade_one.warm_up(config, template, assignment, source.name)
@@ -217,10 +215,10 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
             solution_config = copy.deepcopy(config)  # its kernel forked as the hand-ins' are
             solution_config.SandboxedKernelManager.warm = pool.ready().socket_of(0) if pool else ""
             expected = in_child(reference.expected_values, solution_config, source,
-                                template / "release" / assignment / source.name, scratch / "solution", out / "solution.log")
+                                template / "release" / assignment / source.name, scratch / "solution", out / SOLUTION_LOG)
             if isinstance(expected, str):
                 raise SystemExit(expected)
-            reference.write(expected, template / reference.FILE)
+            layout.write_expected(expected, template)
         submitted = options.submissions or Path(cd.root) / cd.submitted_directory
         with step(f"reading the submissions in {submitted}"):
             found = from_course(submitted, assignment, source.name) if options.submissions is None else \
@@ -228,13 +226,14 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
             if options.shard:
                 found = [s for s in found if shard_of(s.student_id, options.shard[1]) == options.shard[0]]
         with step("reading the due dates in the course's gradebook"):
-            due = gradebook.due_dates(cd, assignment, [s.student_id for s in found])
+            with gradebook.lock(cd):  # a first batch on an empty PostgreSQL database makes its tables: one at a time
+                due = in_child(gradebook.read_due_dates, cd, assignment, [s.student_id for s in found])
         price_marked_late(found, due, assignment)
 
         def make_job(s):
             # a scratch course named by no student id: its gradebook's URL would decode a '%' in the id
             work = scratch / "work" / hashlib.sha256(s.student_id.encode()).hexdigest()[:16]
-            return grade_one.Job(student_id=s.student_id, assignment=assignment, notebook=source.name,
+            return Job(student_id=s.student_id, assignment=assignment, notebook=source.name,
                                  submitted=str(s.path or ""), template=str(template), scratch=str(work), out=str(out),
                                  config=config, points=points, others=others, tests=tests, note=s.message, timestamp=s.timestamp,
                                  secret=s.secret, due=due.get(s.student_id, ""), given_id=s.given_id)
@@ -256,10 +255,10 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
                 pool.run(todo, deadline=deadline, progress=progress, spare={drawing.process.pid})
         finally:  # whatever happened, every row graded so far goes into the table
             results |= {job.student_id: r for job in todo
-                        if (r := read_result(out / "results" / f"{job.student_id}.json")) is not None}
+                        if (r := read_result(output(out, "results", job.student_id))) is not None}
             results = with_names(results, found, out)
             rows = [results[sid] for sid in sorted(results)]
-            write_table(out / "grades.csv", rows, list(points))
+            write_table(out / TABLE, rows, list(points))
         if not options.shard:  # a shard's rows go into the gradebook with the others', by `merge`
             rows = record(cd, config, assignment, source.name, rows, out, scratch, list(points))
         drawing.draw(rows)
@@ -277,8 +276,10 @@ def record(cd, config, assignment: str, notebook: str, rows: list[dict], out: Pa
     """The rows into the course's gradebook and folders, then grades.csv again as the gradebook has them (scores
     entered by hand, late penalties)."""
     with step("recording the grades in the course's gradebook"):
-        rows = gradebook.record(cd, config, assignment, notebook, rows, out, scratch)
-    write_table(out / "grades.csv", rows, grade_ids)
+        with gradebook.lock(cd):  # its assignment made or updated first, as formgrader needs
+            in_child(gradebook.generate_assignment, config, assignment, None, cd.db_url, scratch / "course-release")
+            rows = in_child(gradebook.write_rows, cd, config, assignment, notebook, rows, out)
+    write_table(out / TABLE, rows, grade_ids)
     return rows
 
 
@@ -309,7 +310,7 @@ class Report:
             rows = receive.recv()
         except EOFError:
             return  # the batch stopped before its rows were ready: no page
-        write_report(out / "report.html", rows, source, similar)
+        write_report(out / REPORT, rows, source, similar)
 
     def draw(self, rows: list[dict]) -> None:
         with step("writing report.html"):
@@ -358,8 +359,8 @@ def merge(folders: list[Path], out: Path | None, course: Path, settings: dict) -
     if len(names) != 1:
         raise SystemExit(f"the shards hold {' and '.join(sorted(names)) or 'no results'}: merge one assignment's")
     assignment, source = resolve(cd, names.pop())
-    out = (out or course / "autograder" / "grades" / assignment).resolve()
-    with exclusive(out / ".lock", f"another grading is writing into {out}: wait for it to finish, or pass --out"):
+    out = (out or default_out(course, assignment)).resolve()
+    with exclusive(out / LOCK, f"another grading is writing into {out}: wait for it to finish, or pass --out"):
         for folder in OUTPUTS:
             (out / folder).mkdir(parents=True, exist_ok=True)
         for sid, shard in origin.items():
@@ -369,7 +370,7 @@ def merge(folders: list[Path], out: Path | None, course: Path, settings: dict) -
                 if (shard / folder / (name := f"{sid}{suffix}")).exists():
                     replace_file(out / folder / name, source=shard / folder / name)
         rows = [results[sid] for sid in sorted(results)]
-        write_table(out / "grades.csv", rows, list(points_of(source)))
+        write_table(out / TABLE, rows, list(points_of(source)))
         scratch = Path(tempfile.mkdtemp(prefix="autograder-merge-"))
         try:
             rows = record(cd, config, assignment, source.name, rows, out, scratch, list(points_of(source)))

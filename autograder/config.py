@@ -1,4 +1,4 @@
-"""The course: its nbgrader configuration, read once from the course folder and handed down to every step; working
+"""The course: its nbgrader configuration (and the settings of ours it holds beside nbgrader's), read once from the course folder and handed down to every step; working
 from that folder; an assignment by its name or number.
 
 Relative paths in it mean the course folder. They are made absolute here, where the file is read: nbgrader's
@@ -11,12 +11,29 @@ from pathlib import Path
 
 from nbgrader.coursedir import CourseDirectory
 from sqlalchemy.engine import make_url
-from traitlets import TraitError
-from traitlets.config import Config, PyFileConfigLoader
+from traitlets import Float, Integer, TraitError
+from traitlets.config import Config, Configurable, PyFileConfigLoader
 
-from .similarity import Similarity
 
 FILE = "nbgrader_config.py"
+
+
+class Similarity(Configurable):
+    """The report's "Similar answers" section, set in nbgrader_config.py (c.Similarity.threshold = 0.8)."""
+    threshold = Float(0.8, min=0.0, max=1.0,
+                      help="list a pair when at least this share of each of its two answers is found in the "
+                           "other (copydetect's similarity, after starter code and common passages)").tag(config=True)
+    noise = Integer(15, min=2, help="shortest match counted, in characters of the filtered code (names as one letter, "
+                                    "no spaces or comments): copydetect's noise threshold, k of its k-grams"
+                    ).tag(config=True)
+    shortest = Integer(25, min=1, help="answers with fewer fingerprints than this, once the starter code and common "
+                                       "passages are taken out, are too short to judge and not compared"
+                       ).tag(config=True)
+    common_share = Float(0.05, min=0.0, max=1.0,
+                         help="a passage in more than this share of the answers (and more than common_min of them) "
+                              "is ignored: much of the class wrote it").tag(config=True)
+    common_min = Integer(10, min=2, help="a passage is common only when more than this many answers hold it"
+                         ).tag(config=True)
 
 
 def load(course: Path, settings: dict) -> Config:

@@ -39,20 +39,19 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
-from . import grade_one, processes
-from .results import read_result, replace_file, write_result
+from . import processes
+from .layout import RETURNED, output, replace_file
+from .results import GRADER_FAILED, Job, read_result, write_result
 from .supervisor import BatchFailed, Pool, last_line, result_path, settle, supervise as supervise_grading
 
 CONNECT_TIMEOUT = 30  # seconds to reach the scheduler, and then to see a first worker
 POLL = 1.0  # seconds between a worker's looks at its grading (and at the batch's stop signal)
-RETURNED = ("feedback", "autograded", "logs")  # the output folders a grading writes besides results/
-SUFFIX = {"feedback": ".html", "autograded": ".ipynb", "logs": ".log"}
 SERVER, SERVER_LOCK = [], threading.Lock()  # this worker process's fork server and its socket, and who may start it
 
 
 # --- the instructor's side ---------------------------------------------------------------------------------------
 
-def run_on_dask(address: str, todo: list[grade_one.Job], deadline: float, progress) -> None:
+def run_on_dask(address: str, todo: list[Job], deadline: float, progress) -> None:
     """The local pool's work (supervisor.Pool.run) on the workers of the scheduler at `address`: same files in
     job.out, same progress and errors. Each worker grades as many hand-ins at once as its `--nthreads`.
     """
@@ -83,8 +82,8 @@ def run_on_dask(address: str, todo: list[grade_one.Job], deadline: float, progre
                 failed.append(f"grading {job.student_id}: {dropped(future)}")
                 continue
             exitcode = write_back(job, outcome_of(future), deadline)
-            if exitcode == grade_one.GRADER_FAILED:
-                log = Path(job.out) / "logs" / f"{job.student_id}.log"
+            if exitcode == GRADER_FAILED:
+                log = output(job.out, "logs", job.student_id)
                 failed.append(f"grading {job.student_id}: {last_line(log)}")
                 cancelled |= cancel_waiting(client, [f for f in futures if not f.done()])
                 continue
@@ -130,7 +129,7 @@ def held(tar: bytes) -> bytes:
     return tar
 
 
-def handin_of(job: grade_one.Job) -> bytes | None:
+def handin_of(job: Job) -> bytes | None:
     """The hand-in's bytes, sent with its task (None where it can no longer be read: its grading fails, as locally)."""
     try:
         return Path(job.submitted).read_bytes()
@@ -160,12 +159,12 @@ def dropped(future) -> str:
     return "the Dask scheduler dropped it"
 
 
-def write_back(job: grade_one.Job, outcome: dict, deadline: float) -> int | None:
+def write_back(job: Job, outcome: dict, deadline: float) -> int | None:
     """The grading's files into job.out, and its row settled as a local one is; returns the grading's exit code."""
     out, sid = Path(job.out), job.student_id
     for folder in RETURNED:
         if outcome.get(folder) is not None:
-            replace_file(out / folder / f"{sid}{SUFFIX[folder]}", outcome[folder])
+            replace_file(output(out, folder, sid), outcome[folder])
     if outcome["result"] is not None:  # the worker's own supervisor settled it
         write_result(result_path(job), outcome["result"])
         return outcome["exitcode"]
@@ -235,7 +234,7 @@ def unpacked(tar: bytes, batch: str) -> Path:
     return folder
 
 
-def grade_remotely(tar: bytes, batch: str, job: grade_one.Job, handin: bytes | None, deadline: float, course: str,
+def grade_remotely(tar: bytes, batch: str, job: Job, handin: bytes | None, deadline: float, course: str,
                    stop: str) -> dict:
     """The task: grade one hand-in on this worker and return what the instructor's command writes.
 
@@ -243,20 +242,20 @@ def grade_remotely(tar: bytes, batch: str, job: grade_one.Job, handin: bytes | N
     """
     problem = missing_here(job, course)
     if problem:
-        return {"result": None, "exitcode": grade_one.GRADER_FAILED, "logs": f"{problem}\n".encode()}
+        return {"result": None, "exitcode": GRADER_FAILED, "logs": f"{problem}\n".encode()}
     base = unpacked(tar, batch)
     local = Path(tempfile.mkdtemp(prefix="handin-", dir=base))
     try:
         here = localised(job, base, local, handin)
         exitcode = supervised(here, deadline, course, stop)
-        found = {folder: read_bytes(Path(here.out) / folder / f"{job.student_id}{SUFFIX[folder]}")
+        found = {folder: read_bytes(output(here.out, folder, job.student_id))
                  for folder in RETURNED}
         return {"result": read_result(result_path(here)), "exitcode": exitcode, **found}
     finally:
         shutil.rmtree(local, ignore_errors=True)
 
 
-def missing_here(job: grade_one.Job, course: str) -> str | None:
+def missing_here(job: Job, course: str) -> str | None:
     """Why this worker cannot grade (no course folder where the instructor's is), or None."""
     from distributed import get_worker
     for path in (course, *(job.config or {}).get("SandboxedKernelManager", {}).get("read_only", [])):
@@ -266,7 +265,7 @@ def missing_here(job: grade_one.Job, course: str) -> str | None:
     return None
 
 
-def localised(job: grade_one.Job, base: Path, local: Path, handin: bytes | None) -> grade_one.Job:
+def localised(job: Job, base: Path, local: Path, handin: bytes | None) -> Job:
     """The job with this worker's paths: the unpacked template, the hand-in written here, and a local out folder."""
     for folder in ("results", *RETURNED):
         (local / "out" / folder).mkdir(parents=True)
@@ -284,7 +283,7 @@ def read_bytes(path: Path) -> bytes | None:
         return None
 
 
-def supervised(job: grade_one.Job, deadline: float, course: str, stop: str) -> int | None:
+def supervised(job: Job, deadline: float, course: str, stop: str) -> int | None:
     """Grade through this worker's fork server (see `serve`); the grading's exit code, None after a timeout."""
     from distributed import Event, get_worker
     threads = max(1, (os.cpu_count() or 1) // get_worker().state.nthreads)  # the cores shared among the gradings
@@ -375,7 +374,7 @@ class WarmSlots:
         self.pool, self.batch = None, None
         self.busy: dict[int, int | None] = {}  # the pid of each supervisor running -> the slot it uses (None: none)
 
-    def claim(self, job: grade_one.Job, at_once: int) -> tuple[int | None, grade_one.Job]:
+    def claim(self, job: Job, at_once: int) -> tuple[int | None, Job]:
         """A free slot for `job` (None: no warm parent for it) and the job, told the slot's socket."""
         if job.template != self.batch and not self.busy:  # a new batch: warm parents with its configuration
             self.close()

@@ -7,7 +7,6 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
 from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
-from nbgrader.utils import is_grade, is_solution
 from traitlets import Float, Integer, default
 
 from torchcourse.format import HIDDEN, answer_cells, grading, test_cells
@@ -16,22 +15,8 @@ from torchcourse.values import MIME
 from .integrity import Canary, isolated, names_used, preload, probes_for, setup, what_changed
 from .judge import as_graded, sent, verdict
 from .kernel import SandboxedKernelManager
-from .notebook import grade_id
+from .notebook import FINDINGS, NOT_RUN, SKIPPED, error_output, grade_id, is_test
 from .step import Step
-
-FINDINGS = "autograder"  # the notebook metadata key under which a run's findings reach nbgrader's later steps
-NOT_RUN = "(not run in grading: a lesson cell as it was released, which the exercises do not need)\n"
-SKIPPED = "TestSkipped"  # the error a test cell shows when it was not run, as a test of its exercise ran out of time
-
-
-def error_output(ename: str, evalue: str) -> NotebookNode:
-    return NotebookNode(output_type="error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
-
-
-def is_test(cell) -> bool:
-    """A cell of tests (graded, not an answer) with code in it."""
-    return cell.cell_type == "code" and is_grade(cell) and not is_solution(cell) and bool(cell.source.strip())
-
 
 def later_tests_of_its_exercise(nb, index: int) -> list[int]:
     """Indices of the test cells after cell `index` that test the same answer as it (test_cells: named after it)."""
@@ -124,7 +109,7 @@ class GuardedExecute(Step, Execute):
         return nb, resources
 
     def findings(self) -> dict:
-        return {"tampered": self.tampered[1] if self.tampered else None, "verdicts": self.verdicts,
+        return {"tampered": self.tampered[1] if self.tampered else None, "verdicts": self.verdicts, "timeout": self.timeout,
                 "left_running": self.left_running, "unfenced": bool(getattr(self.km, "unfenced", False))}
 
     def grader_says(self, cell, ename: str, evalue: str) -> None:

@@ -31,13 +31,13 @@ from nbconvert.exporters import HTMLExporter, TemplateExporter
 from nbconvert.filters.highlight import Highlight2HTML
 from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 from nbformat import NotebookNode
+from nbgrader.preprocessors import Execute
 from traitlets import default, validate
 from traitlets.config import LoggingConfigurable
 
 from torchcourse.format import HIDDEN, answer_cells, grading, test_cells  # HIDDEN: the one definition of the markers
 
-from .execute import FINDINGS, GuardedExecute, error_output, is_test
-from .notebook import exercise_name, first_failure, unanswered
+from .notebook import FINDINGS, error_output, exercise_name, first_failure, is_test, unanswered
 from .step import Step
 
 NOTICE = "# Hidden tests ran here when your notebook was graded; their code is not shown.\n"
@@ -138,9 +138,10 @@ def kept_error(output) -> dict:
     return {"ename": cut(output.get("ename"))[:200], "evalue": cut(output.get("evalue")), "traceback": lines}
 
 
-def time_limit(config) -> int | None:
-    """The seconds a cell may run in grading, as the course's execute step reads its configuration."""
-    return GuardedExecute(config=config).timeout
+def time_limit(findings: dict, config) -> int | None:
+    """The seconds a cell could run in grading: as the grading's execute step said (FINDINGS), or for a notebook run
+    by nbgrader's own execute step, as that step reads the configuration."""
+    return findings["timeout"] if "timeout" in findings else Execute(config=config).timeout
 
 
 def stopped(cell) -> bool:
@@ -161,7 +162,7 @@ class HideHiddenTests(Step):
         grader_verdicts, visible_run = findings.get("verdicts", {}), findings.get(VISIBLE_RUN, {})
         hidden = [i for i, cell in enumerate(nb.cells) if is_test(cell) and HIDDEN.search(cell.source)]
         first = hidden[0] if hidden else len(nb.cells)
-        limit = time_limit(self.config)
+        limit = time_limit(findings, self.config)
         for i, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
                 continue

@@ -15,7 +15,7 @@ import signal
 import tempfile
 import time
 import warnings
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import nbformat
@@ -29,20 +29,20 @@ from traitlets.config import Config
 
 from torchcourse.format import HIDDEN, answer_cells, test_cells
 
-from . import gradebook, handin, notebook, processes, reference
-from .execute import FINDINGS, SKIPPED, GuardedExecute, is_test
+from . import gradebook, handin, layout, notebook, processes
+from .execute import GuardedExecute
 from .feedback import (ERROR_NAMES, TIMED_OUT, VISIBLE_RUN, HideHiddenTests, kept_error, message_templates, shown, stopped,
                        wants_visible_run)
 from .integrity import parsed
 from .judge import as_graded
 from .kernel import UNFENCED_WARNING
 from .lessons import skippable
-from .notebook import schema_checked_once
+from .notebook import FINDINGS, SKIPPED, is_test, schema_checked_once
 from .relay import visible
-from .results import Result, replace_file, write_exchange_files, write_result
+from .layout import in_scratch, output, replace_file, scratch_gradebook, write_exchange_files
+from .results import GRADER_FAILED, Job, Result, not_graded, write_result
 
 ATTEMPTS = 4  # a notebook that kills its kernel is graded again without the cell that did, this many times at most
-GRADER_FAILED = 3  # exit code of a grading that failed for a reason of the grader's own (no result is written)
 FREE_BYTES = 16 << 20  # less free disk than this where a grading writes is a full disk
 SIGNALS = {signal.SIGSEGV: "a segmentation fault", signal.SIGKILL: "being killed (most often: out of memory)",
            signal.SIGABRT: "an abort", signal.SIGBUS: "a bus error"}
@@ -65,28 +65,6 @@ class Autograded(Autograde):
             raise
 
 
-@dataclass(kw_only=True)
-class Job:
-    """Everything one grading needs; paths are absolute."""
-    student_id: str
-    assignment: str
-    notebook: str  # the assignment's notebook file name
-    submitted: str
-    template: str  # scratch course holding the assignment's source, release and gradebook
-    scratch: str  # this submission's own scratch course (made here, removed after)
-    out: str
-    config: Config  # the course's, from config.load: paths absolute, the command line's settings in it
-    points: dict[str, float] = field(default_factory=dict)  # grade_id -> points of every graded cell
-    others: dict[str, list[str]] = field(default_factory=dict)  # grade_ids of other assignments, to name a wrong hand-in
-    tests: dict[str, str] = field(default_factory=dict)  # grade_id -> each test cell's text in the gradebook (hidden in)
-    note: str = ""  # what finding the notebook taught us (several copies handed in, say), for the message
-    timestamp: str = ""  # from nbgrader's exchange: when it was submitted ("" if unknown: never late)
-    secret: str = ""  # from nbgrader's exchange: kept beside the feedback, which release_feedback names after it
-    due: str = ""  # the student's due date (extension included), ISO, from the course's gradebook ("" if none)
-    given_id: str = ""  # the student's id as the LMS, folder or file gave it ("" where it is student_id itself)
-    warm: str = ""  # the socket of the slot's warm parent, which forks this hand-in's kernel ("": one started afresh)
-
-
 def release_of(job: Job):
     try:
         return nbformat.read(Path(job.template) / "release" / job.assignment / job.notebook, as_version=4)
@@ -94,25 +72,13 @@ def release_of(job: Job):
         raise GraderError(f"the batch's template course is unreadable ({error})") from None
 
 
-def not_graded(job: Job, status: str, message: str, sha256: str = "") -> Result:
-    """A row of zeros saying why, with what finding the notebook taught (several copies handed in, say)."""
-    cells = {gid: {"score": 0.0, "max_score": points, "needs_manual_grade": False} for gid, points in job.points.items()}
-    if job.note and job.note not in message:
-        message = f"{message}; {job.note}"
-    return Result(student_id=job.student_id, assignment=job.assignment, notebook=job.notebook, status=status,
-                  message=message, max_score=sum(c["max_score"] for c in cells.values()), cells=cells, sha256=sha256,
-                  timestamp=job.timestamp, secret=job.secret, given_id=job.given_id)
-
-
 def course_config(job: Job, root: Path) -> Config:
     """The course's nbgrader configuration, pointed at the scratch course."""
     config = copy.deepcopy(job.config or Config())
-    for key, folder in (("source_directory", "source"), ("release_directory", "release"),
-                        ("submitted_directory", "submitted"), ("autograded_directory", "autograded"),
-                        ("feedback_directory", "feedback")):
+    for key, folder in layout.SCRATCH_FOLDERS.items():
         config.CourseDirectory[key] = folder
     config.CourseDirectory.root = str(root)
-    config.CourseDirectory.db_url = f"sqlite:///{root}/gradebook.db"
+    config.CourseDirectory.db_url = scratch_gradebook(root)
     config.CourseDirectory.assignment_id = job.assignment
     config.CourseDirectory.student_id = job.student_id
     config.Autograde.create_student = True
@@ -146,17 +112,17 @@ def prepare(job: Job, nb) -> Path:
     shutil.rmtree(root, ignore_errors=True)
     try:
         shutil.copytree(Path(job.template) / "source", root / "source")
-        shutil.copy(Path(job.template) / "gradebook.db", root / "gradebook.db")
+        shutil.copy(Path(job.template) / layout.SCRATCH_GRADEBOOK, root / layout.SCRATCH_GRADEBOOK)
     except OSError as error:
         raise GraderError(f"the batch's template course is unreadable ({error})") from None
-    target = root / "submitted" / job.student_id / job.assignment / job.notebook
+    target = in_scratch(root, "submitted", job.student_id, job.assignment, job.notebook)
     target.parent.mkdir(parents=True)
     nbformat.write(nb, target)
     # nbgrader's autograde records the time and its AssignLatePenalties step prices it against the due date; both
     # files then travel with the notebook to autograded/ and feedback/
     write_exchange_files(target.parent, job.timestamp, job.secret)
     if job.due:
-        with Gradebook(f"sqlite:///{root}/gradebook.db") as gb:
+        with Gradebook(scratch_gradebook(root)) as gb:
             gb.update_or_create_assignment(job.assignment, duedate=parse_utc(job.due))
     return root
 
@@ -170,7 +136,7 @@ def autograde(job: Job, nb, skip: dict[int, str], lessons: set[str],
     execute = GuardedExecute(config=config)
     execute.skip, execute.lessons_skipped = skip, lessons
     try:
-        execute.expected = reference.read(Path(job.template) / reference.FILE)
+        execute.expected = layout.read_expected(job.template)
     except (OSError, ValueError) as error:
         raise GraderError(f"the batch's expected values are unreadable ({error})") from None
     converter = Autograded(coursedir=CourseDirectory(config=config), config=config)
@@ -246,7 +212,7 @@ def scores(job: Job, graded) -> tuple[dict, dict, float, float]:
     the messages reach report.html); seconds late and the late penalty."""
     as_shown, _ = HideHiddenTests(config=course_config(job, Path(job.scratch))).preprocess(copy.deepcopy(graded), {})
     failures = {gid: notebook.first_failure([cell]) for cell in as_shown.cells if (gid := notebook.grade_id(cell))}
-    with Gradebook(f"sqlite:///{job.scratch}/gradebook.db") as gb:
+    with Gradebook(scratch_gradebook(job.scratch)) as gb:
         submitted = gb.find_submission_notebook(Path(job.notebook).stem, job.assignment, job.student_id)
         cells = {g.name: {"score": float(g.score), "max_score": float(g.max_score),
                           "needs_manual_grade": bool(g.needs_manual_grade), "message": failures.get(g.name, "")}
@@ -310,7 +276,7 @@ def visible_errors(job: Job, nb, graded, skip: dict[int, str], lessons: set[str]
     second = replace(job, scratch=f"{job.scratch}-visible")
     try:
         execute, lost = autograde(second, nb, {**left_out, **skip}, lessons)
-        ran = nbformat.read(Path(second.scratch) / "autograded" / job.student_id / job.assignment / job.notebook, 4)
+        ran = nbformat.read(in_scratch(second.scratch, "autograded", job.student_id, job.assignment, job.notebook), 4)
     except Exception:  # the graded run's row and feedback stand; the feedback shows no message for these tests
         logging.exception("the run without hidden tests failed")
         return {}
@@ -331,8 +297,8 @@ def feedback(job: Job) -> None:
     """nbgrader's HTML feedback, as the course's configuration makes it, saved as out/feedback/<student>.html."""
     config = course_config(job, Path(job.scratch))
     GenerateFeedback(coursedir=CourseDirectory(config=config), config=config).start()
-    html = Path(job.scratch) / "feedback" / job.student_id / job.assignment / Path(job.notebook).with_suffix(".html")
-    replace_file(Path(job.out) / "feedback" / f"{job.student_id}.html", source=html)
+    html = in_scratch(job.scratch, "feedback", job.student_id, job.assignment, Path(job.notebook).with_suffix(".html").name)
+    replace_file(output(job.out, "feedback", job.student_id), source=html)
 
 
 def warm_up(config: Config, template: Path, assignment: str, notebook: str) -> None:
@@ -353,7 +319,7 @@ def warm_up(config: Config, template: Path, assignment: str, notebook: str) -> N
     schema_checked_once()
     MetadataValidator().validate_nb(release)  # its schema checked (notebook.VALIDATORS)
     copy_of = template.parent / "warm-up.db"
-    shutil.copy(template / "gradebook.db", copy_of)
+    shutil.copy(template / layout.SCRATCH_GRADEBOOK, copy_of)
     with Gradebook(f"sqlite:///{copy_of}") as gb, warnings.catch_warnings():
         warnings.simplefilter("ignore", SAWarning)  # nbgrader's add_submission always sets SQLAlchemy off
         gb.update_or_create_student("warm-up")
@@ -412,7 +378,7 @@ def grade(job: Job) -> Result:
     else:
         return not_graded(job, problems[0][0], "; ".join(p[1] for p in problems) + ": grading gave up", sha)
     processes.stop_descendants(os.getpid())
-    graded = nbformat.read(Path(job.scratch) / "autograded" / job.student_id / job.assignment / job.notebook, 4)
+    graded = nbformat.read(in_scratch(job.scratch, "autograded", job.student_id, job.assignment, job.notebook), 4)
     problems += problems_in(graded, execute.timeout, execute.memory_gib)
     if execute.out_of_memory and not any("out of memory" in said for _, said in problems):  # a child it started, say
         problems.append(("crashed", f"a process of the notebook ran out of memory (the limit is "
@@ -428,7 +394,7 @@ def grade(job: Job) -> Result:
     clock["a run without hidden tests, for visible tests' messages"] = time.perf_counter()
     if own := visible_errors(job, nb, graded, skip, lessons):
         graded.metadata.setdefault(FINDINGS, {})[VISIBLE_RUN] = own
-        replace_file(Path(job.scratch) / "autograded" / job.student_id / job.assignment / job.notebook,
+        replace_file(in_scratch(job.scratch, "autograded", job.student_id, job.assignment, job.notebook),
                      content=nbformat.writes(graded).encode())
     clock["scores from the gradebook"] = time.perf_counter()
     cells, comments, late, penalty = scores(job, graded)
@@ -441,8 +407,8 @@ def grade(job: Job) -> Result:
         logging.exception("feedback failed")
         notes.append(f"its feedback page could not be made ({type(error).__name__}); see logs/{job.student_id}.log")
     clock["autograded notebook out"] = time.perf_counter()
-    replace_file(Path(job.out) / "autograded" / f"{job.student_id}.ipynb",
-                 source=Path(job.scratch) / "autograded" / job.student_id / job.assignment / job.notebook)
+    replace_file(output(job.out, "autograded", job.student_id),
+                 source=in_scratch(job.scratch, "autograded", job.student_id, job.assignment, job.notebook))
     clock["end"] = time.perf_counter()
     status = problems[0][0] if problems else "graded"
     result = Result(student_id=job.student_id, assignment=job.assignment, notebook=job.notebook, status=status,
@@ -474,7 +440,7 @@ def run(job: Job) -> None:
     gradebook.share_engines()
     schema_checked_once()
     tempfile.tempdir = str(Path(job.template).parent)  # kernels' runtime folders go with the batch's scratch
-    log = Path(job.out) / "logs" / f"{job.student_id}.log"
+    log = output(job.out, "logs", job.student_id)
     handle = open(log, "w")
     os.dup2(handle.fileno(), 1)  # nbgrader, nbconvert and the kernel's own stderr go to the student's log
     os.dup2(handle.fileno(), 2)
@@ -500,4 +466,4 @@ def run(job: Job) -> None:
         processes.stop_descendants(os.getpid())
         shutil.rmtree(job.scratch, ignore_errors=True)
     result.seconds = round(time.perf_counter() - start, 2)
-    write_result(Path(job.out) / "results" / f"{job.student_id}.json", asdict(result))
+    write_result(output(job.out, "results", job.student_id), asdict(result))

@@ -23,8 +23,8 @@ from sqlalchemy.exc import SAWarning
 from sqlalchemy.pool import NullPool
 from traitlets.config import Config
 
-from .processes import exclusive, in_child
-from .results import NEEDS_REVIEW, replace_file, write_exchange_files
+from .layout import exclusive, output, replace_file, write_exchange_files
+from .results import NEEDS_REVIEW
 
 
 def alembic_head() -> str:
@@ -125,11 +125,6 @@ def read_due_dates(cd: CourseDirectory, assignment: str, students: list[str]) ->
     return found
 
 
-def due_dates(cd: CourseDirectory, assignment: str, students: list[str]) -> dict[str, str]:
-    with lock(cd):  # a first batch on an empty PostgreSQL database makes its tables: one at a time
-        return in_child(read_due_dates, cd, assignment, students)
-
-
 def time_of(timestamp: str):
     """A submission time as nbgrader reads timestamp.txt, or None (none given, or not a time: the row says so)."""
     try:
@@ -201,21 +196,12 @@ def copy_files(cd: CourseDirectory, assignment: str, notebook: str, r: dict, out
     timestamp, secret = r.get("timestamp", ""), r.get("secret", "")
     html = Path(notebook).with_suffix(".html").name
     exchange = bool(timestamp and secret)  # release_feedback needs both files, and fails without them
-    for folder, source, name in ((cd.submitted_directory, out / "submitted" / f"{sid}.ipynb", notebook),
-                                 (cd.autograded_directory, out / "autograded" / f"{sid}.ipynb", notebook),
-                                 (cd.feedback_directory, out / "feedback" / f"{sid}.html", html)):
+    for folder, source, name in ((cd.submitted_directory, output(out, "submitted", sid), notebook),
+                                 (cd.autograded_directory, output(out, "autograded", sid), notebook),
+                                 (cd.feedback_directory, output(out, "feedback", sid), html)):
         if not source.exists() or (folder == cd.feedback_directory and not exchange):
             continue
         target = root / folder / sid / assignment
         target.mkdir(parents=True, exist_ok=True)
         replace_file(target / name, source=source)
         write_exchange_files(target, timestamp, secret)
-
-
-def record(cd: CourseDirectory, config: Config, assignment: str, notebook: str, rows: list[dict], out: Path,
-           scratch: Path) -> list[dict]:
-    """The rows into the course's gradebook (its assignment made or updated first, as formgrader needs) and folders;
-    returns them as the gradebook has them."""
-    with lock(cd):
-        in_child(generate_assignment, config, assignment, None, cd.db_url, scratch / "course-release")
-        return in_child(write_rows, cd, config, assignment, notebook, rows, out)

@@ -38,6 +38,7 @@ from sqlalchemy.engine import make_url
 
 from . import config as course_config, gradebook
 from .config import enter, resolve
+from .layout import default_out
 from .results import spreadsheet_safe
 
 LMS = ("canvas", "moodle")
@@ -122,7 +123,7 @@ def export(assignment: str, lms: str, out: Path | None, course: Path, title: str
     assignment, _ = resolve(cd, assignment)
     found = grades(cd, assignment)
     rows = canvas_rows(found, title or assignment) if lms == "canvas" else moodle_rows(found, datetime.now(timezone.utc))
-    out = out or course / "autograder" / "grades" / assignment / f"{lms}.csv"
+    out = out or default_out(course, assignment) / f"{lms}.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", newline="", encoding="utf-8") as f:
         csv.writer(f).writerows([[spreadsheet_safe(cell) for cell in row] for row in rows])

@@ -1,5 +1,5 @@
-"""What the grader reads in notebooks it trusts (the assignment's, and those it built): graded cells, exercise names,
-first failures; and nbgrader's metadata schema checked once."""
+"""What the grader reads and writes in notebooks it trusts (the assignment's, and those it built): graded cells, exercise
+names, first failures, the grader's findings and errors; and nbgrader's metadata schema checked once."""
 
 import json
 import re
@@ -7,6 +7,8 @@ import types
 
 import jsonschema
 import nbgrader.nbgraderformat.common
+from nbformat import NotebookNode
+from nbgrader.utils import is_grade, is_solution
 
 from torchcourse.format import grading
 
@@ -14,6 +16,19 @@ HEADING = re.compile(r"^#{1,6}\s+(.*?)[\s#]*$")
 POINTS_NOTE = re.compile(r"\s*\(\d+(\.\d+)?\s+points?\)$")  # "Exercise 3: GELU (4 points)"
 NAME_CHARS = 80  # an exercise's name is cut to this many characters
 MESSAGE_CHARS = 200  # a failure message, in the results and the feedback's summary, is cut to this many characters
+
+FINDINGS = "autograder"  # the notebook metadata key under which a run's findings reach nbgrader's later steps
+NOT_RUN = "(not run in grading: a lesson cell as it was released, which the exercises do not need)\n"
+SKIPPED = "TestSkipped"  # the error a test cell shows when it was not run, as a test of its exercise ran out of time
+
+
+def error_output(ename: str, evalue: str) -> NotebookNode:
+    return NotebookNode(output_type="error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
+
+
+def is_test(cell) -> bool:
+    """A cell of tests (graded, not an answer) with code in it."""
+    return cell.cell_type == "code" and is_grade(cell) and not is_solution(cell) and bool(cell.source.strip())
 
 
 VALIDATORS: dict = {}  # nbgrader's metadata schema (as JSON) -> its validator, checked (schema_checked_once)

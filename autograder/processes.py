@@ -2,14 +2,11 @@
 and stopped)."""
 
 import ctypes
-import fcntl
 import gc
 import multiprocessing
 import os
 import signal
 import time
-from contextlib import contextmanager
-from pathlib import Path
 
 import psutil
 
@@ -133,15 +130,3 @@ def in_child(function, *args):
     if process.exitcode:
         raise RuntimeError(f"{function.__name__} ended with exit code {process.exitcode}; see the messages above")
     return value
-
-
-@contextmanager
-def exclusive(path: Path, busy: str | None = None):
-    """Hold a lock on `path` (a file) for the block: wait for it, or with `busy`, SystemExit(busy) if it is held."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | (fcntl.LOCK_NB if busy else 0))
-        except BlockingIOError:
-            raise SystemExit(busy) from None
-        yield

@@ -1,20 +1,17 @@
 """The expected values of a batch: the solution notebook run once, by the grader's own execute step, recording what
 each of its test cells sends (judge.py). Every hand-in of the batch is judged against them."""
 
-import json
 import os
 import shutil
 from pathlib import Path
 
 import nbformat
 
-from .execute import GuardedExecute, is_test
+from .execute import GuardedExecute
 from .judge import wants
 from .lessons import skippable
-from .notebook import grade_id
+from .notebook import grade_id, is_test
 
-
-FILE = "expected.json"  # in the batch's template course
 
 
 def expected_values(config, source: Path, release: Path, folder: Path, log: Path) -> dict[str, list[dict]] | str:
@@ -39,11 +36,3 @@ def expected_values(config, source: Path, release: Path, folder: Path, log: Path
     if failed:  # (its run has no checks between cells: nothing marks it tampered with)
         return f"{source}: the solution fails its own tests, so no hand-in can be judged against it: {'; '.join(failed)}"
     return execute.sent
-
-
-def write(values: dict, path: Path) -> None:
-    path.write_text(json.dumps(values))
-
-
-def read(path: Path) -> dict[str, list[dict]]:
-    return json.loads(path.read_text())

@@ -13,9 +13,8 @@ from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.coursedir import CourseDirectory
 
 from . import config as course_config, gradebook
-from .batch import OUTPUTS
 from .config import enter, resolve
-from .processes import exclusive
+from .layout import LOCK, OUTPUTS, TABLE, default_out, exclusive, output
 from .results import full_name, read_result
 
 
@@ -39,7 +38,7 @@ def students_of(cd: CourseDirectory, assignment: str, out: Path) -> dict[str, st
             for s in gb.students:
                 if any(sub.assignment.name == assignment for sub in s.submissions):
                     known[s.id] = shown(s.lms_user_id or s.id, {"first_name": s.first_name, "last_name": s.last_name})
-    for path in sorted((out / "results").glob("*.json")):
+    for path in sorted((out / "results").glob("*" + OUTPUTS["results"])):
         if (r := read_result(path)) is not None:
             known.setdefault(r["student_id"], shown(r.get("given_id") or r["student_id"], r))
     return known
@@ -69,7 +68,7 @@ def chosen(known: dict[str, str], wanted: list[str]) -> list[str]:
 
 def plan(cd: CourseDirectory, assignment: str, out: Path, students: list[str], known: dict[str, str]) -> list[Removal]:
     """What removing each student takes away, found without changing anything."""
-    table = rows_of(out / "grades.csv")
+    table = rows_of(out / TABLE)
     column = table[0].index("gradebook_id") if table and "gradebook_id" in table[0] else None
     removals = []
     with Gradebook(cd.db_url, cd.course_id) if gradebook.exists(cd) else nullbook() as gb:
@@ -84,7 +83,7 @@ def plan(cd: CourseDirectory, assignment: str, out: Path, students: list[str], k
                 score = max(0.0, submission.score - submission.late_submission_penalty)  # as nbgrader export has it
                 r.submission = f"their {assignment} submission ({score:g} of {submission.max_score:g} points)"
                 r.whole_student = len(student.submissions) == 1
-            r.paths = [path for folder, suffix in OUTPUTS.items() if (path := out / folder / f"{sid}{suffix}").exists()]
+            r.paths = [path for folder in OUTPUTS if (path := output(out, folder, sid)).exists()]
             r.paths += [path for folder in (cd.submitted_directory, cd.autograded_directory, cd.feedback_directory)
                         if (path := Path(cd.root) / folder / sid / assignment).exists()]
             r.table_rows = sum(1 for row in table[1:] if column is not None and row[column] == sid)
@@ -134,13 +133,13 @@ def carry_out(cd: CourseDirectory, assignment: str, out: Path, removals: list[Re
             if path.parent.name == r.student_id and not any(path.parent.iterdir()):
                 path.parent.rmdir()  # nbgrader's <folder>/<student>/, left empty
     gone = {r.student_id for r in removals}
-    table = rows_of(out / "grades.csv")
+    table = rows_of(out / TABLE)
     if table and "gradebook_id" in table[0]:
         column = table[0].index("gradebook_id")
-        tmp = out / ".grades.csv.tmp"
+        tmp = out / f".{TABLE}.tmp"
         with open(tmp, "w", newline="") as f:
             csv.writer(f).writerows([table[0]] + [row for row in table[1:] if row[column] not in gone])
-        os.replace(tmp, out / "grades.csv")
+        os.replace(tmp, out / TABLE)
 
 
 def remove(assignment: str, wanted: list[str], force: bool, out: Path | None, course: Path) -> list[Removal]:
@@ -148,8 +147,8 @@ def remove(assignment: str, wanted: list[str], force: bool, out: Path | None, co
     enter(course)
     cd = CourseDirectory(config=course_config.load(course, {}))
     assignment, _ = resolve(cd, assignment)
-    out = (out or course / "autograder" / "grades" / assignment).resolve()
-    with exclusive(out / ".lock", f"a grading is writing into {out}: wait for it to finish"), gradebook.lock(cd):
+    out = (out or default_out(course, assignment)).resolve()
+    with exclusive(out / LOCK, f"a grading is writing into {out}: wait for it to finish"), gradebook.lock(cd):
         known = students_of(cd, assignment, out)
         removals = plan(cd, assignment, out, chosen(known, wanted), known)
         print(f"{'Removing' if force else 'Would remove'} from {assignment}:", file=sys.stderr)

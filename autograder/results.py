@@ -1,18 +1,51 @@
-"""What every step shares: one grading's result (a row of grades.csv), its statuses, and how results are stored."""
+"""The record every wing shares: what one grading needs (`Job`), what it found (`Result`, a row of grades.csv, its
+`Cell`s), the statuses, and how a result is stored."""
 
 import csv
 import json
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
+
+from traitlets.config import Config
 
 STATUSES = ("graded", "tampered", "timeout", "crashed", "invalid", "missing")  # what each means: README.md
 NEEDS_REVIEW = ("tampered", "timeout", "crashed", "invalid")  # flagged for manual grading in the gradebook
-# What nbgrader's exchange keeps beside a hand-in: when it was submitted, and the secret its feedback is released under
-TIMESTAMP_FILE, SECRET_FILE = "timestamp.txt", "submission_secret.txt"
+GRADER_FAILED = 3  # exit code of a grading that failed for a reason of the grader's own (no result is written)
 FIXED_COLUMNS = ["student_id", "name", "gradebook_id", "assignment", "notebook", "score", "max_score", "status", "message",
                  "timestamp", "seconds_late", "late_penalty", "graded_by_hand"]
+
+
+class Cell(TypedDict, total=False):
+    """One graded cell of a row: its points, and why it lost them."""
+    score: float
+    max_score: float
+    needs_manual_grade: bool
+    message: str  # the test's failure, as the feedback shows it
+    by_hand: bool  # the score is one an instructor entered in formgrader (read back from the gradebook)
+
+
+@dataclass(kw_only=True)
+class Job:
+    """Everything one grading needs; paths are absolute."""
+    student_id: str
+    assignment: str
+    notebook: str  # the assignment's notebook file name
+    submitted: str
+    template: str  # scratch course holding the assignment's source, release and gradebook
+    scratch: str  # this submission's own scratch course (made here, removed after)
+    out: str
+    config: Config  # the course's, from config.load: paths absolute, the command line's settings in it
+    points: dict[str, float] = field(default_factory=dict)  # grade_id -> points of every graded cell
+    others: dict[str, list[str]] = field(default_factory=dict)  # grade_ids of other assignments, to name a wrong hand-in
+    tests: dict[str, str] = field(default_factory=dict)  # grade_id -> each test cell's text in the gradebook (hidden in)
+    note: str = ""  # what finding the notebook taught us (several copies handed in, say), for the message
+    timestamp: str = ""  # from nbgrader's exchange: when it was submitted ("" if unknown: never late)
+    secret: str = ""  # from nbgrader's exchange: kept beside the feedback, which release_feedback names after it
+    due: str = ""  # the student's due date (extension included), ISO, from the course's gradebook ("" if none)
+    given_id: str = ""  # the student's id as the LMS, folder or file gave it ("" where it is student_id itself)
+    warm: str = ""  # the socket of the slot's warm parent, which forks this hand-in's kernel ("": one started afresh)
 
 
 @dataclass(kw_only=True)
@@ -25,7 +58,7 @@ class Result:
     message: str
     score: float = 0.0  # late penalty taken off
     max_score: float = 0.0
-    cells: dict = field(default_factory=dict)  # grade_id -> {"score", "max_score", "needs_manual_grade", "message"}
+    cells: dict[str, Cell] = field(default_factory=dict)  # grade_id -> the cell's points
     comments: dict = field(default_factory=dict)  # answer grade_id -> nbgrader's automatic comment
     sha256: str = ""  # of the file graded: an unchanged file is not graded again
     seconds: float = 0.0  # wall time of the whole grading
@@ -41,24 +74,14 @@ class Result:
     last_name: str = ""  # the LMS's zip gave it (Canvas's lastfirst whole as the last name); "" where none is known
 
 
-def replace_file(target: Path, content: bytes | None = None, source: Path | None = None) -> None:
-    """`target` replaced whole by `content` or a copy of `source`, mode 0644 whatever the old file's: nbgrader leaves
-    the notebooks it grades read-only (0444), which only root may write over."""
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.unlink(missing_ok=True)
-    if source is not None:
-        shutil.copyfile(source, tmp)
-    else:
-        tmp.write_bytes(content)
-    tmp.chmod(0o644)
-    os.replace(tmp, target)
-
-
-def write_exchange_files(folder: Path, timestamp: str, secret: str) -> None:
-    """timestamp.txt and submission_secret.txt beside a notebook, those known ("" is not written)."""
-    for name, content in ((TIMESTAMP_FILE, timestamp), (SECRET_FILE, secret)):
-        if content:
-            replace_file(folder / name, content.encode())
+def not_graded(job: Job, status: str, message: str, sha256: str = "") -> Result:
+    """A row of zeros saying why, with what finding the notebook taught (several copies handed in, say)."""
+    cells = {gid: {"score": 0.0, "max_score": points, "needs_manual_grade": False} for gid, points in job.points.items()}
+    if job.note and job.note not in message:
+        message = f"{message}; {job.note}"
+    return Result(student_id=job.student_id, assignment=job.assignment, notebook=job.notebook, status=status,
+                  message=message, max_score=sum(c["max_score"] for c in cells.values()), cells=cells, sha256=sha256,
+                  timestamp=job.timestamp, secret=job.secret, given_id=job.given_id)
 
 
 def write_result(path: Path, result: dict) -> None:

@@ -2,7 +2,7 @@
 
 from nbgrader.api import Gradebook
 
-from .execute import FINDINGS
+from .notebook import FINDINGS
 from .step import Step
 
 

@@ -35,12 +35,12 @@ from pathlib import Path
 
 import nbformat
 import numpy as np
-from traitlets import Float, Integer
-from traitlets.config import Config, Configurable
+from traitlets.config import Config
 
 from torchcourse.format import answer_cells, grading
 
 from . import handin
+from .config import Similarity
 
 MAX_CHARS = 20_000  # an answer is compared on its first 20,000 characters: a class's answers are tens of lines
 # A pair goes to compare_files when the fingerprints it shares, counted through the index, are at least this fraction
@@ -49,24 +49,6 @@ MAX_CHARS = 20_000  # an answer is compared on its first 20,000 characters: a cl
 # more with its first fingerprint. At a quarter, a class's flagged pairs are those of comparing every pair that shares
 # a fingerprint (`make bench-similarity` checks it: --exhaustive), in half the time.
 PREFILTER = 0.25
-
-
-class Similarity(Configurable):
-    """The report's "Similar answers" section, set in nbgrader_config.py (c.Similarity.threshold = 0.8)."""
-    threshold = Float(0.8, min=0.0, max=1.0,
-                      help="list a pair when at least this share of each of its two answers is found in the "
-                           "other (copydetect's similarity, after starter code and common passages)").tag(config=True)
-    noise = Integer(15, min=2, help="shortest match counted, in characters of the filtered code (names as one letter, "
-                                    "no spaces or comments): copydetect's noise threshold, k of its k-grams"
-                    ).tag(config=True)
-    shortest = Integer(25, min=1, help="answers with fewer fingerprints than this, once the starter code and common "
-                                       "passages are taken out, are too short to judge and not compared"
-                       ).tag(config=True)
-    common_share = Float(0.05, min=0.0, max=1.0,
-                         help="a passage in more than this share of the answers (and more than common_min of them) "
-                              "is ignored: much of the class wrote it").tag(config=True)
-    common_min = Integer(10, min=2, help="a passage is common only when more than this many answers hold it"
-                         ).tag(config=True)
 
 
 @dataclass(kw_only=True)

@@ -14,8 +14,9 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from . import grade_one, processes
+from .layout import output
 from .kernel import WarmParent, WarmUnavailable
-from .results import read_result, write_result
+from .results import GRADER_FAILED, Job, not_graded, read_result, write_result
 
 
 class BatchFailed(Exception):
@@ -30,30 +31,30 @@ def last_line(path: Path) -> str:
     return lines[-1] if lines else ""
 
 
-def result_path(job: grade_one.Job) -> Path:
-    return Path(job.out) / "results" / f"{job.student_id}.json"
+def result_path(job: Job) -> Path:
+    return output(job.out, "results", job.student_id)
 
 
-def start(job: grade_one.Job) -> multiprocessing.Process:
+def start(job: Job) -> multiprocessing.Process:
     """The grading in a forked process: the caller has imported the grader, so the fork is ready at once."""
     return processes.fork(grade_one.run, job, name=job.student_id)
 
 
-def settle(job: grade_one.Job, exitcode: int | None, deadline: float, crashed: str = "") -> int | None:
+def settle(job: Job, exitcode: int | None, deadline: float, crashed: str = "") -> int | None:
     """The row of a finished grading, whatever happened: its own, a 'timeout' row (exitcode None: stopped at the
     deadline) or a 'crashed' row where it left none (saying `crashed`, or its exit code). A grading that failed for the
     grader's own reason (GRADER_FAILED) gets no row: the batch stops, and a rerun grades it. Returns `exitcode`."""
     path = result_path(job)
     if exitcode is None and not crashed:
-        write_result(path, asdict(grade_one.not_graded(
+        write_result(path, asdict(not_graded(
             job, "timeout", f"grading took longer than {deadline:.0f} s in all and was stopped")))
-    elif exitcode != grade_one.GRADER_FAILED and read_result(path) is None:
-        write_result(path, asdict(grade_one.not_graded(
+    elif exitcode != GRADER_FAILED and read_result(path) is None:
+        write_result(path, asdict(not_graded(
             job, "crashed", crashed or f"the grading process ended unexpectedly (exit code {exitcode})")))
     return exitcode
 
 
-def supervise(job: grade_one.Job, deadline: float, stop_asked=lambda: False, poll: float = 1.0) -> int | None | str:
+def supervise(job: Job, deadline: float, stop_asked=lambda: False, poll: float = 1.0) -> int | None | str:
     """Grade `job` in a forked process; stop it, with all it started, at the deadline or when `stop_asked()`; settle
     its row. Returns the grading's exit code (None: stopped at the deadline), or "stopped" when asked (no row)."""
     process, started = start(job), time.monotonic()
@@ -114,7 +115,7 @@ class Pool:
                 slot.stop()
         shutil.rmtree(self.folder, ignore_errors=True)
 
-    def run(self, todo: list[grade_one.Job], deadline: float, progress, spare: set[int] = frozenset()) -> None:
+    def run(self, todo: list[Job], deadline: float, progress, spare: set[int] = frozenset()) -> None:
         """Grade `todo`, a slot each at a time, each with a wall-clock limit; results land in out/results/. `spare`:
         processes of the batch's own beside the gradings, which a grading stopped at its deadline leaves running.
 
@@ -142,8 +143,8 @@ class Pool:
                         processes.stop_descendants(os.getpid(), spare={p.pid for p, *_ in running.values()} | self.spare() | spare)
                     else:
                         process.join()
-                    if settle(job, None if over else process.exitcode, deadline) == grade_one.GRADER_FAILED:
-                        failed.append(f"grading {job.student_id}: {last_line(Path(job.out) / 'logs' / f'{job.student_id}.log')}")
+                    if settle(job, None if over else process.exitcode, deadline) == GRADER_FAILED:
+                        failed.append(f"grading {job.student_id}: {last_line(output(job.out, 'logs', job.student_id))}")
                         continue
                     progress.update(read_result(result_path(job)))
         except KeyboardInterrupt:

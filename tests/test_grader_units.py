@@ -20,7 +20,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 from traitlets.config import Config
 
-from autograder import batch, collect, feedback, integrity, lessons, results
+from autograder import batch, collect, feedback, integrity, layout, lessons, results
 from autograder import config as course_config
 from autograder.kernel import SandboxUnavailable, SandboxedKernelManager, require_sandbox
 from course import ROOT
@@ -445,8 +445,8 @@ def test_the_exchange_layout_brings_timestamp_and_secret_and_skips_other_assignm
     folder = tmp_path / "alice" / "01_basics"
     folder.mkdir(parents=True)
     (folder / "01_basics.ipynb").write_text("{}")
-    (folder / results.TIMESTAMP_FILE).write_text("2026-11-20 10:00:00 UTC\n")
-    (folder / results.SECRET_FILE).write_text("s" * 5000)
+    (folder / layout.TIMESTAMP_FILE).write_text("2026-11-20 10:00:00 UTC\n")
+    (folder / layout.SECRET_FILE).write_text("s" * 5000)
     (tmp_path / "bob" / "02_other").mkdir(parents=True)
     (found,) = collect.from_course(tmp_path, "01_basics", "01_basics.ipynb")
     assert (found.student_id, found.timestamp, found.secret) == ("alice", "2026-11-20 10:00:00 UTC",
