@@ -33,7 +33,9 @@ from .processes import in_child
 from .progress import Progress
 from .report import write_report
 from .results import STATUSES, Job, formgraders_mean, not_graded, read_result, write_result, write_table
-from .supervisor import BatchFailed, Pool
+from . import supervisor
+from .kernel import WarmParents
+from .supervisor import BatchFailed
 
 
 @dataclass(kw_only=True)
@@ -198,7 +200,7 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
     # the warm kernels start (seconds: they import torch) while the template is made; a Dask worker makes its own
     if not options.scheduler:  # chosen once, before the warm parents and the gradings fork: they inherit it
         print(f"kernels' cgroups: {limits.chosen()}", file=sys.stderr)
-    pool = None if options.scheduler else Pool(options.jobs, config)
+    parents = None if options.scheduler else WarmParents(options.jobs, config)
     drawing = None
     try:
         template = scratch / "template"
@@ -208,12 +210,12 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
                      layout.scratch_gradebook(template), template / "release")
             # read once here: a grading process opening the template's gradebook would share its SQLite file
             tests = in_child(handin.instructor_tests, layout.scratch_gradebook(template), assignment, source.stem)
-        if pool is not None:  # while the warm kernels start
+        if parents is not None:  # while the warm kernels start
             with step("rendering the released notebook's feedback page, to be inherited by every grading"):
                 grade_one.warm_up(config, template, assignment, source.name)
         with step("running the solution once for the values its tests expect"):
             solution_config = copy.deepcopy(config)  # its kernel forked as the hand-ins' are
-            solution_config.SandboxedKernelManager.warm = pool.ready().socket_of(0) if pool else ""
+            solution_config.SandboxedKernelManager.warm = parents.ready().socket_of(0) if parents else ""
             expected = in_child(reference.expected_values, solution_config, source,
                                 template / "release" / assignment / source.name, scratch / "solution", out / SOLUTION_LOG)
             if isinstance(expected, str):
@@ -248,11 +250,15 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
         timeout = config.Execute.get("timeout", 30)
         deadline, progress = 10 * timeout + 120, Progress(max(1, len(todo)), every=min(30, timeout or 30))
         try:
-            if options.scheduler:  # Dask is imported only here: without --scheduler the grader never needs it
-                from .distributed import run_on_dask
-                run_on_dask(options.scheduler, todo, deadline=deadline, progress=progress)
+            if options.scheduler and todo:  # Dask is imported only here: without --scheduler the grader never needs it
+                from .distributed import OnDask
+                on_dask = OnDask(options.scheduler, template, deadline)
+                try:
+                    supervisor.run(on_dask, todo, progress)
+                finally:
+                    on_dask.close()
             elif todo:
-                pool.run(todo, deadline=deadline, progress=progress, spare={drawing.process.pid})
+                supervisor.run(supervisor.Slots(parents, grade_one.run, deadline, spare={drawing.process.pid}), todo, progress)
         finally:  # whatever happened, every row graded so far goes into the table
             results |= {job.student_id: r for job in todo
                         if (r := read_result(output(out, "results", job.student_id))) is not None}
@@ -266,8 +272,8 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
     finally:
         if drawing is not None:
             drawing.stop()
-        if pool is not None:
-            pool.close()
+        if parents is not None:
+            parents.close()
         shutil.rmtree(scratch, ignore_errors=True)
 
 

@@ -39,10 +39,8 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
-from . import processes
 from .layout import RETURNED, output, replace_file
-from .results import GRADER_FAILED, Job, read_result, write_result
-from .supervisor import BatchFailed, Pool, last_line, result_path, settle, supervise as supervise_grading
+from .results import GRADER_FAILED, Job, read_result, settle, write_result
 
 CONNECT_TIMEOUT = 30  # seconds to reach the scheduler, and then to see a first worker
 POLL = 1.0  # seconds between a worker's looks at its grading (and at the batch's stop signal)
@@ -51,52 +49,76 @@ SERVER, SERVER_LOCK = [], threading.Lock()  # this worker process's fork server 
 
 # --- the instructor's side ---------------------------------------------------------------------------------------
 
-def run_on_dask(address: str, todo: list[Job], deadline: float, progress) -> None:
-    """The local pool's work (supervisor.Pool.run) on the workers of the scheduler at `address`: same files in
-    job.out, same progress and errors. Each worker grades as many hand-ins at once as its `--nthreads`.
-    """
-    from distributed import Event, as_completed  # lazily: the grader imports Dask only with --scheduler
+class OnDask:
+    """A batch's runner (supervisor.Runner) on the workers of the scheduler at `address`: every hand-in is handed over
+    at once, each worker grading as many at a time as its `--nthreads`; the same files land in job.out as locally."""
 
-    if not todo:
-        return
-    client = connect(address)
-    # The batch's name keys its template on the workers (its folder, removed at the end), not the template's hash:
-    # shards of one class started together can make byte-identical templates, and one's end would remove the other's.
-    batch = uuid.uuid4().hex[:20]
-    stop = Event(f"autograder-stop-{batch}", client=client)
-    tar = pack(Path(todo[0].template))  # one template for the whole batch (batch.grade_class makes it)
-    # The template is a task's result, not scattered data: if every worker holding it dies, the scheduler makes it
-    # again from this task, where scattered data would be lost, and every hand-in still to grade with it.
-    template = client.submit(held, tar, key=f"autograder-template-{batch}", pure=False)
-    futures, cancelled, failed = {}, set(), []
-    try:
-        for job in todo:
-            future = client.submit(grade_remotely, template, batch, job, handin_of(job), deadline, os.getcwd(),
-                                   stop.name, key=f"grade-{job.student_id}-{batch}", pure=False, retries=0)
-            futures[future] = job
-        for future in as_completed(futures):
-            job = futures[future]
-            if future.key in cancelled:
-                continue  # never started, after a grader failure: a rerun grades it
+    def __init__(self, address: str, template: Path, deadline: float):
+        from distributed import Event  # lazily: the grader imports Dask only with --scheduler
+        self.client, self.deadline = connect(address), deadline
+        # The batch's name keys its template on the workers (its folder, removed at the end), not the template's hash:
+        # shards of one class started together can make byte-identical templates, and one's end would remove the other's.
+        self.batch = uuid.uuid4().hex[:20]
+        self.stop = Event(f"autograder-stop-{self.batch}", client=self.client)
+        # The template is a task's result, not scattered data: if every worker holding it dies, the scheduler makes it
+        # again from this task, where scattered data would be lost, and every hand-in still to grade with it.
+        self.template = self.client.submit(held, pack(template), key=f"autograder-template-{self.batch}", pure=False)
+        self.futures: dict = {}  # each task handed over and not yet ended -> its job
+
+    def free(self) -> bool:
+        return True  # the scheduler queues them
+
+    def handed_over(self) -> int:
+        return len(self.futures)
+
+    def launch(self, job: Job) -> None:
+        future = self.client.submit(grade_remotely, self.template, self.batch, job, handin_of(job), self.deadline,
+                                    os.getcwd(), self.stop.name, key=f"grade-{job.student_id}-{self.batch}", pure=False,
+                                    retries=0)
+        self.futures[future] = job
+
+    def running(self) -> dict[str, float]:
+        return {}  # the workers keep the time; the progress line counts what ended
+
+    def ended(self, timeout: float) -> list[tuple[Job, int | None, str]]:
+        from distributed import wait
+        try:
+            done = wait(list(self.futures), timeout=timeout, return_when="FIRST_COMPLETED").done
+        except TimeoutError:
+            return []
+        ended = []
+        for future in done:
+            job = self.futures.pop(future)
             if future.cancelled():  # by the scheduler (the connection to it lost, say): the batch's failure, not a row
-                failed.append(f"grading {job.student_id}: {dropped(future)}")
-                continue
-            exitcode = write_back(job, outcome_of(future), deadline)
-            if exitcode == GRADER_FAILED:
-                log = output(job.out, "logs", job.student_id)
-                failed.append(f"grading {job.student_id}: {last_line(log)}")
-                cancelled |= cancel_waiting(client, [f for f in futures if not f.done()])
-                continue
-            progress.update(read_result(result_path(job)))
-    except KeyboardInterrupt:
-        stopping(stop, client, list(futures))
-        print(f"\ninterrupted: {progress.done} graded; run the same command again to grade the rest", file=sys.stderr)
-        raise SystemExit(130)
-    finally:
-        forget(client, batch)
-        client.close()
-    if failed:
-        raise BatchFailed(f"{failed[0]}" + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""))
+                ended.append((job, None, dropped(future)))
+            else:
+                ended.append((job, write_back(job, outcome_of(future), self.deadline), ""))
+        return ended
+
+    def stop_launching(self) -> None:
+        """Drop the tasks no worker has started yet (a rerun grades them)."""
+        started = {key for keys in self.client.processing().values() for key in keys}
+        waiting = [f for f in self.futures if f.key not in started]
+        self.client.cancel(waiting)
+        for future in waiting:
+            del self.futures[future]
+
+    def interrupt(self) -> None:
+        """The workers end the gradings they are running (Dask does not interrupt a running task)."""
+        try:
+            self.stop.set()
+            self.client.cancel(list(self.futures))
+        except Exception:  # the scheduler is gone: the gradings under way end by their deadline
+            pass
+
+    def close(self) -> None:
+        """The batch's template removed from the workers' temporary folders (best effort: a worker gone keeps its
+        own), and the connection closed."""
+        try:
+            self.client.run(remove_template, self.batch, on_error="ignore")
+        except Exception:
+            pass
+        self.client.close()
 
 
 def connect(address: str):
@@ -165,35 +187,9 @@ def write_back(job: Job, outcome: dict, deadline: float) -> int | None:
     for folder in RETURNED:
         if outcome.get(folder) is not None:
             replace_file(output(out, folder, sid), outcome[folder])
-    if outcome["result"] is not None:  # the worker's own supervisor settled it
-        write_result(result_path(job), outcome["result"])
-        return outcome["exitcode"]
+    if outcome["result"] is not None:  # the worker's own supervisor settled it: settle keeps it
+        write_result(output(job.out, "results", job.student_id), outcome["result"])
     return settle(job, outcome["exitcode"], deadline, crashed=outcome.get("crashed") or "")
-
-
-def cancel_waiting(client, futures: list) -> set:
-    """Cancel the tasks no worker has started yet (as run_jobs stops launching gradings); their keys."""
-    started = {key for keys in client.processing().values() for key in keys}
-    waiting = [f for f in futures if f.key not in started]
-    client.cancel(waiting)
-    return {f.key for f in waiting}
-
-
-def stopping(stop, client, futures: list) -> None:
-    """Stop the batch: the workers end the gradings they are running (Dask does not interrupt a running task)."""
-    try:
-        stop.set()
-        client.cancel(futures)
-    except Exception:  # the scheduler is gone: the gradings under way end by their deadline
-        pass
-
-
-def forget(client, batch: str) -> None:
-    """Remove the batch's template from the workers' temporary folders (best effort: a worker gone keeps its own)."""
-    try:
-        client.run(remove_template, batch, on_error="ignore")
-    except Exception:
-        pass
 
 
 # --- a worker's side ----------------------------------------------------------------------------------------------
@@ -250,7 +246,7 @@ def grade_remotely(tar: bytes, batch: str, job: Job, handin: bytes | None, deadl
         exitcode = supervised(here, deadline, course, stop)
         found = {folder: read_bytes(output(here.out, folder, job.student_id))
                  for folder in RETURNED}
-        return {"result": read_result(result_path(here)), "exitcode": exitcode, **found}
+        return {"result": read_result(output(here.out, "results", here.student_id)), "exitcode": exitcode, **found}
     finally:
         shutil.rmtree(local, ignore_errors=True)
 
@@ -323,104 +319,11 @@ def fork_server() -> Path:
         # (108 bytes at most)
         folder = Path(tempfile.mkdtemp(prefix="autograder-forks-", dir=None if len(tempfile.gettempdir()) < 60 else "/tmp"))
         path = folder / "socket"
-        process = subprocess.Popen([sys.executable, "-c", f"from autograder.distributed import serve; serve({str(path)!r})"],
+        process = subprocess.Popen([sys.executable, "-m", "autograder.fork_server", str(path)],
                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
         process.stdout.readline()  # "ready": listening, the grader imported
         SERVER[:] = [process, path]
         return path
-
-
-def serve(path: str) -> None:
-    """The fork server: for each connection, read its order and fork a supervisor (`supervise`), its kernels forked
-    from a warm parent of this worker's (`WarmSlots`); end, with the warm parents, when the worker ends."""
-    worker = os.getppid()
-    server = socket.socket(socket.AF_UNIX)
-    server.bind(path)
-    server.listen(64)
-    warm = WarmSlots()
-    print("ready", flush=True)
-    try:
-        while os.getppid() == worker:
-            warm.reap()
-            if not select.select([server], [], [], POLL)[0]:
-                continue
-            connection, _ = server.accept()
-            line = connection.makefile("rb").readline()  # the worker's thread sends its order at once
-            if not line:
-                connection.close()
-                continue
-            order = pickle.loads(base64.b64decode(line))
-            slot, order["job"] = warm.claim(order["job"], order["at_once"])
-            pid = os.fork()
-            if pid == 0:
-                server.close()
-                try:
-                    supervise(connection, order)
-                finally:
-                    os._exit(0)  # nothing left to do: skip the interpreter's teardown
-            warm.busy[pid] = slot
-            connection.close()
-    finally:
-        warm.close()
-        shutil.rmtree(Path(path).parent, ignore_errors=True)
-
-
-class WarmSlots:
-    """This worker's warm parents (supervisor.Pool): one per grading it runs at once, for the batch being graded (its
-    template names it); a grading that finds none free, or a second batch graded at the same time, starts its kernel
-    afresh, as `--unfenced` or a GPU machine does (the row's log says which)."""
-
-    def __init__(self):
-        self.pool, self.batch = None, None
-        self.busy: dict[int, int | None] = {}  # the pid of each supervisor running -> the slot it uses (None: none)
-
-    def claim(self, job: Job, at_once: int) -> tuple[int | None, Job]:
-        """A free slot for `job` (None: no warm parent for it) and the job, told the slot's socket."""
-        if job.template != self.batch and not self.busy:  # a new batch: warm parents with its configuration
-            self.close()
-            try:
-                self.pool = Pool(max(1, at_once), job.config).ready()
-            except Exception as error:  # its kernels start afresh; the worker's log says why
-                print(f"autograder: no warm kernels on this worker ({error})", file=sys.stderr, flush=True)
-            self.batch = job.template
-        if self.pool is None or job.template != self.batch:
-            return None, job
-        deadline = time.monotonic() + 2  # a worker's next task can come while the last one's supervisor is ending
-        while True:
-            used = set(self.busy.values())
-            slot = next((k for k in range(len(self.pool.slots)) if k not in used and self.pool.socket_of(k)), None)
-            if slot is not None or not self.busy or time.monotonic() > deadline:
-                break
-            time.sleep(0.02)
-            self.reap()
-        return slot, job if slot is None else replace(job, warm=self.pool.socket_of(slot))
-
-    def reap(self) -> None:
-        """Collect the supervisors that ended, freeing their slots (only them: the warm parents are children too)."""
-        for pid in list(self.busy):
-            try:
-                ended = os.waitpid(pid, os.WNOHANG)[0]
-            except ChildProcessError:
-                ended = pid
-            if ended:
-                del self.busy[pid]
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.close()
-        self.pool, self.batch = None, None
-
-
-def supervise(connection: socket.socket, order: dict) -> None:
-    """The grading's parent on a worker: supervises the order's grading as the local pool does (supervisor.supervise),
-    stopping it when the connection closes (the batch interrupted, or its worker gone); sends back its exit code."""
-    os.chdir(order["course"])  # as batch.grade works from the course folder
-    os.environ.update(order["env"])
-    processes.become_subreaper()  # what the grading leaves behind stays below this process, where we stop it
-    exitcode = supervise_grading(order["job"], order["deadline"],
-                                 stop_asked=lambda: bool(select.select([connection], [], [], 0)[0]))
-    if exitcode != "stopped":  # else nobody waits for it: the batch stopped, or the scheduler gave it to another worker
-        connection.sendall(json.dumps({"exitcode": exitcode}).encode() + b"\n")
 
 
 def stopped(interrupt) -> bool:

@@ -152,12 +152,12 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     @default("connection_file")
     def _short_connection_file(self):
-        # A folder of its own (mode 0700) for the connection file and sockets; a socket's path may not exceed 107
-        # bytes, so a long temporary folder gives way to /tmp.
-        base = tempfile.gettempdir() if len(tempfile.gettempdir()) <= 60 else "/tmp"
-        if self.warm:  # beside the warm parent's socket, in the folder its sandbox binds
-            base = os.path.join(os.path.dirname(self.warm), "kernels")
-        return os.path.join(tempfile.mkdtemp(prefix="autograder-kernel-" if not self.warm else "k-", dir=base), "k.json")
+        # A folder of its own (mode 0700) for the connection file and sockets (k-ipc-N)
+        if self.warm:  # beside the warm parent's socket, in the folder its sandbox binds (WarmParents keeps it short)
+            folder = tempfile.mkdtemp(prefix="k-", dir=os.path.join(os.path.dirname(self.warm), "kernels"))
+        else:
+            folder = processes.socket_folder("autograder-kernel-", below=len("k-ipc-65535"))
+        return os.path.join(folder, "k.json")
 
     @default("ip")
     def _socket_prefix(self):
@@ -444,3 +444,49 @@ class WarmParent:
         processes.kill(processes.descendants(self.process.pid))  # the sandbox bwrap made, the parent and its kernels
         self.process.kill()  # bwrap, collected through Popen, which then knows it ended (killed and collected by PID,
         self.process.wait()  # a later poll() could collect a new child given the same PID)
+
+
+class WarmParents:
+    """`count` grading slots' warm parents, started together in the background (`ready` waits for them). A parent per
+    slot, though one could fork for all: each parent's sandbox is a user namespace of its own, where the process limit
+    counts its kernels only, so that a fork bomb in one slot leaves a kernel graded beside it its whole limit. Where
+    there can be none, each kernel starts afresh, which is said once on stderr."""
+
+    def __init__(self, count: int, config):
+        self.slots: list[WarmParent | None] = [None] * count
+        # the deepest socket below: slot-K/kernels/k-XXXXXXXX/k-ipc-NNNNN
+        self.folder = Path(processes.socket_folder("autograder-slots-", below=len("slot-99/kernels/k-12345678/k-ipc-65535")))
+        try:
+            self.slots = [WarmParent(self.folder / f"slot-{k}", config) for k in range(count)]
+        except WarmUnavailable as why:
+            self.unavailable(why)
+
+    def ready(self) -> "WarmParents":
+        try:
+            for slot in self.slots:
+                if slot is not None:
+                    slot.ready()
+        except WarmUnavailable as why:
+            self.unavailable(why)
+        return self
+
+    def unavailable(self, why) -> None:
+        for slot in self.slots:
+            if slot is not None:
+                slot.stop()
+        self.slots = [None] * len(self.slots)
+        print(f"kernels start afresh for each hand-in: {why}", file=sys.stderr)
+
+    def socket_of(self, slot: int) -> str:
+        """The socket a grading in `slot` forks its kernel through ("": its kernel starts afresh)."""
+        parent = self.slots[slot]
+        return parent.socket if parent is not None and parent.alive() else ""
+
+    def pids(self) -> set[int]:
+        return {slot.process.pid for slot in self.slots if slot is not None}
+
+    def close(self) -> None:
+        for slot in self.slots:
+            if slot is not None:
+                slot.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)

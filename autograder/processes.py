@@ -6,6 +6,7 @@ import gc
 import multiprocessing
 import os
 import signal
+import tempfile
 import time
 
 import psutil
@@ -130,3 +131,15 @@ def in_child(function, *args):
     if process.exitcode:
         raise RuntimeError(f"{function.__name__} ended with exit code {process.exitcode}; see the messages above")
     return value
+
+
+SOCKET_PATH_MAX = 107  # bytes of a Unix socket's path (sockaddr_un's 108, its closing NUL taken off)
+
+
+def socket_folder(prefix: str, below: int) -> str:
+    """A new folder of this user's alone (mode 0700) for Unix sockets whose paths reach `below` characters past it: in
+    the temporary folder, or in /tmp where that one is too deep for their paths."""
+    base = tempfile.gettempdir()
+    if len(os.path.join(base, prefix + "12345678", "")) + below > SOCKET_PATH_MAX:
+        base = "/tmp"
+    return tempfile.mkdtemp(prefix=prefix, dir=base)

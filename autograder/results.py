@@ -4,11 +4,13 @@
 import csv
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
 from traitlets.config import Config
+
+from .layout import output
 
 STATUSES = ("graded", "tampered", "timeout", "crashed", "invalid", "missing")  # what each means: README.md
 NEEDS_REVIEW = ("tampered", "timeout", "crashed", "invalid")  # flagged for manual grading in the gradebook
@@ -98,6 +100,30 @@ def read_result(path: Path) -> dict | None:
         return result if isinstance(result, dict) and result.get("status") in STATUSES else None
     except (OSError, ValueError):
         return None
+
+
+def settle(job: Job, exitcode: int | None, deadline: float, crashed: str = "") -> int | None:
+    """The row of a finished grading, whatever happened: its own where it wrote one, else a 'timeout' row (exitcode
+    None: stopped at the deadline) or a 'crashed' row (saying `crashed`, or its exit code). A grading that failed for
+    the grader's own reason (GRADER_FAILED) gets no row: the batch stops, and a rerun grades it. Returns `exitcode`."""
+    path = output(job.out, "results", job.student_id)
+    if exitcode == GRADER_FAILED or read_result(path) is not None:
+        return exitcode
+    if exitcode is None and not crashed:
+        write_result(path, asdict(not_graded(job, "timeout", f"grading took longer than {deadline:.0f} s in all and was stopped")))
+    else:
+        write_result(path, asdict(not_graded(
+            job, "crashed", crashed or f"the grading process ended unexpectedly (exit code {exitcode})")))
+    return exitcode
+
+
+def last_line(path: Path) -> str:
+    """A log's last line that says something ("" where there is none)."""
+    try:
+        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
 
 
 def shown_id(row: dict) -> str:

@@ -15,7 +15,7 @@ import pytest
 from nbgrader.api import Gradebook
 
 from autograder import distributed as on_dask
-from autograder.grade_one import GRADER_FAILED, Job
+from autograder.results import GRADER_FAILED, Job
 from autograder.results import read_result
 from course import ROOT
 from handins import (ASSIGNMENT, FIRST, NOTEBOOK, SECOND, grade, handin, private_env, right, right_answers, rows_of,

@@ -515,9 +515,10 @@ def test_a_warm_kernels_processes_are_all_gone_before_the_slots_next_kernel_is_f
     gone, since they count against the limit of the next kernel forked there, which then forks as many; and they all
     go. ipywidgets, imported by the parent before any kernel existed, has its comm targets in each kernel (as a kernel
     that imports it itself has)."""
-    from autograder import processes, supervisor
+    from autograder import processes
+    from autograder.kernel import WarmParents
     config = Config({"SandboxedKernelManager": {"warm_modules": ["ipywidgets"], "processes": 128}})
-    pool = supervisor.Pool(1, config).ready()
+    pool = WarmParents(1, config).ready()
     try:
         assert pool.socket_of(0), "no warm parent on this machine"
         parent = pool.slots[0].process.pid
@@ -546,9 +547,9 @@ def test_a_fork_bomb_in_one_slot_leaves_the_other_slots_kernel_its_whole_process
     """Each slot's warm parent has a user namespace of its own, where the process limit counts its kernels' processes
     only: a kernel at its limit leaves a kernel graded beside it, in another slot, as many. (With one parent for both
     slots the second kernel could not even start: "Kernel died before replying to kernel_info".)"""
-    from autograder import supervisor
+    from autograder.kernel import WarmParents
     config = Config({"SandboxedKernelManager": {"warm_modules": [], "processes": 128}})
-    pool = supervisor.Pool(2, config).ready()
+    pool = WarmParents(2, config).ready()
     kernels = []
     try:
         assert pool.socket_of(0) and pool.socket_of(1), "no warm parents on this machine"
@@ -568,22 +569,24 @@ def test_a_grading_stopped_at_its_deadline_leaves_the_batchs_own_processes_runni
     is told to spare (the report's, which works beside the gradings) keep running."""
     import multiprocessing
     import time
-    from autograder import grade_one, processes, supervisor
-    monkeypatch.setattr(grade_one, "run", lambda job: time.sleep(600))  # a grading that never ends
-    pool = supervisor.Pool(1, Config({"SandboxedKernelManager": {"fork_warm": False}}))
+    from autograder import processes, supervisor
+    from autograder.kernel import WarmParents
+    from autograder.results import Job
+    parents = WarmParents(1, Config({"SandboxedKernelManager": {"fork_warm": False}}))
     bystander = processes.fork(time.sleep, 600)
     try:
         out = tmp_path / "out"
         (out / "results").mkdir(parents=True)
-        job = grade_one.Job(student_id="slow", assignment="a", notebook="a.ipynb", submitted="", template="",
-                            scratch=str(tmp_path / "scratch"), out=str(out), config=Config(), points={"t1": 1.0})
-        pool.run([job], deadline=1, progress=batch.Progress(1), spare={bystander.pid})
+        job = Job(student_id="slow", assignment="a", notebook="a.ipynb", submitted="", template="",
+                  scratch=str(tmp_path / "scratch"), out=str(out), config=Config(), points={"t1": 1.0})
+        never_ends = supervisor.Slots(parents, lambda job: time.sleep(600), deadline=1, spare={bystander.pid})
+        supervisor.run(never_ends, [job], progress=batch.Progress(1))
         row = json.loads((out / "results" / "slow.json").read_text())
         assert row["status"] == "timeout" and "longer than 1 s" in row["message"], row
         assert bystander.pid in processes.descendants(os.getpid()), "a process the pool was told to spare was stopped"
     finally:
         processes.end(bystander)
-        pool.close()
+        parents.close()
     assert not multiprocessing.active_children(), "a process the pool ended is still listed as running"
 
 
@@ -667,7 +670,7 @@ def test_a_hand_in_the_grader_cannot_read_costs_its_row_alone(tmp_path, monkeypa
     found = [collect.Submission(name, path) for name, path in paths.items()]
     options = batch.Options(assignment="01", submissions=tmp_path, jobs=1, out=None, force=False, pattern=None,
                             course=tmp_path)
-    from autograder.grade_one import Job
+    from autograder.results import Job
     make_job = lambda s: Job(student_id=s.student_id, assignment="01_basics", notebook="01_basics.ipynb",
                              submitted=str(s.path), template="", scratch="", out=str(tmp_path / "out"), config=Config())
     rows, todo = batch.plan(found, options, make_job, tmp_path / "out")
@@ -754,9 +757,9 @@ def test_a_forked_kernels_fork_server_is_not_counted_as_left_running():
     """In a kernel forked from a warm parent (06's lesson starts ranks from a fork server on the CPU too), the fork
     server and its resource tracker are torchcourse.launch's, not processes the notebook left: a process the notebook
     started is counted, they are not."""
-    from autograder import supervisor
+    from autograder.kernel import WarmParents
     config = Config()
-    pool = supervisor.Pool(1, config).ready()
+    pool = WarmParents(1, config).ready()
     try:
         assert pool.socket_of(0), "no warm parent on this machine"
         manager, client = forked_in(config, pool.socket_of(0))
