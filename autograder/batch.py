@@ -23,7 +23,7 @@ from nbgrader.utils import parse_utc
 from sqlalchemy.engine import make_url
 from traitlets.config import Config
 
-from . import config as course_config, gradebook, grade_one, handin, layout, limits, processes, reference, similarity
+from . import config as course_config, execute, gradebook, grade_one, handin, layout, limits, processes, similarity
 from .collect import Submission, collect, from_course, layout_of
 from .config import enter, resolve
 from .kernel import SandboxUnavailable, require_sandbox
@@ -216,7 +216,7 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
         with step("running the solution once for the values its tests expect"):
             solution_config = copy.deepcopy(config)  # its kernel forked as the hand-ins' are
             solution_config.SandboxedKernelManager.warm = parents.ready().socket_of(0) if parents else ""
-            expected = in_child(reference.expected_values, solution_config, source,
+            expected = in_child(execute.expected_values, solution_config, source,
                                 template / "release" / assignment / source.name, scratch / "solution", out / SOLUTION_LOG)
             if isinstance(expected, str):
                 raise SystemExit(expected)

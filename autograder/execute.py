@@ -1,7 +1,13 @@
-"""nbgrader's Execute step, guarded: a sandboxed kernel, cells that must not run again, tests that run as written."""
+"""nbgrader's Execute step, guarded: a sandboxed kernel, cells that must not run again, tests that run as written; and
+the solution run once by it for the values its tests expect (`expected_values`)."""
 
+import os
 import queue
+import shutil
 import time
+from pathlib import Path
+
+import nbformat
 
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
@@ -13,9 +19,10 @@ from torchcourse.format import HIDDEN, answer_cells, grading, test_cells
 from torchcourse.values import MIME
 
 from .integrity import Canary, isolated, names_used, preload, probes_for, setup, what_changed
-from .judge import as_graded, sent, verdict
+from .judge import as_graded, sent, verdict, wants
+from .lessons import skippable
 from .kernel import SandboxedKernelManager
-from .notebook import FINDINGS, NOT_RUN, SKIPPED, error_output, grade_id, is_test
+from .notebook import FINDINGS, NOT_RUN, SKIPPED, Grading, error_output, grade_id, is_test
 from .step import Step
 
 def later_tests_of_its_exercise(nb, index: int) -> list[int]:
@@ -42,8 +49,12 @@ class GuardedExecute(Step, Execute):
 
     From the first check that fails, test cells score 0 and nothing more runs. Once a hidden test cell has started,
     display updates and widget messages no longer change outputs already recorded, so that what the feedback shows
-    of earlier cells was made before any hidden test reached the kernel. What one run found is kept on the instance
-    and in the notebook's metadata (FINDINGS), for the grader and for nbgrader's later steps.
+    of earlier cells was made before any hidden test reached the kernel.
+
+    In nbgrader's style: its settings are traits; a grading's inputs come in the notebook's resources (a `Grading`
+    under FINDINGS; without one, as in a plain `nbgrader autograde`, the tests run as written); what the run found goes
+    out in the notebook's metadata (FINDINGS), for the grader and nbgrader's later steps, and the same dict into the
+    Grading, where the grader reads it when nbgrader writes no notebook (a kernel lost).
     """
 
     check_timeout = Integer(30, help="seconds the kernel has to answer one integrity check").tag(config=True)
@@ -65,17 +76,11 @@ class GuardedExecute(Step, Execute):
     def __init__(self, **kw):
         kw.setdefault("kernel_manager_class", SandboxedKernelManager)
         super().__init__(shutdown_kernel="immediate", **kw)
-        # cell index -> why it is not run: set by the grader before a second attempt, and by a test that runs out of
-        # time for the later tests of its exercise (the grader's dict: those stay skipped in a second attempt too)
-        self.skip: dict[int, str] = {}
-        # What the solution's test cells sent (judge.py), grade_id -> values: the test cells then run without their
-        # expected values and the grader judges what they send. None: they run as written, comparing in the kernel.
-        self.expected: dict[str, list[dict]] | None = None
-        self.recording = False  # the solution's own run, which makes `expected`: test cells run as in a grading
-        self.lessons_skipped: set[str] = set()  # ids of lesson cells the grading does not need (lessons.py)
-        self.reset()
+        self.reset(Grading())
 
-    def reset(self) -> None:
+    def reset(self, grading: Grading) -> None:
+        self.skip, self.expected = grading.skip, grading.expected  # what each is: Grading
+        self.recording, self.lessons_skipped = grading.recording, grading.lessons_skipped
         self.running: int | None = None  # index of the cell being run
         self.kernel_exit: int | None = None  # exit code of a kernel that died
         self.lost: str | None = None  # how the cell being run was lost: "timeout" or "died" (its kernel)
@@ -101,16 +106,25 @@ class GuardedExecute(Step, Execute):
 
 
     def preprocess(self, nb, resources=None, km=None):
-        self.reset()
+        grading = (resources or {}).get(FINDINGS) or Grading()
+        self.reset(grading)
         self.probes = probes_for([cell.source for cell in nb.cells if is_test(cell)])
         self.preload = preload([cell.source for cell in nb.cells if is_test(cell)])
-        nb, resources = super().preprocess(nb, resources, km)
-        nb.metadata[FINDINGS] = self.findings()
-        return nb, resources
+        try:
+            return super().preprocess(nb, resources, km)
+        finally:  # a lost kernel raises, and nbgrader then writes no notebook: the grader reads the findings it was given
+            nb.metadata[FINDINGS] = grading.findings = self.findings()
 
     def findings(self) -> dict:
-        return {"tampered": self.tampered[1] if self.tampered else None, "verdicts": self.verdicts, "timeout": self.timeout,
-                "left_running": self.left_running, "unfenced": bool(getattr(self.km, "unfenced", False))}
+        """What this run found, for the grader, the feedback (verdicts, time limit) and FlagForReview (tampered)."""
+        return {"tampered": self.tampered[1] if self.tampered else None,
+                "tampered_at": self.tampered[0] if self.tampered else None, "verdicts": self.verdicts,
+                "timeout": self.timeout, "left_running": self.left_running,
+                "unfenced": bool(getattr(self.km, "unfenced", False)), "running": self.running, "lost": self.lost,
+                "kernel_exit": self.kernel_exit, "start_failed": self.start_failed, "out_of_memory": self.out_of_memory,
+                "memory_gib": self.memory_gib, "execute_seconds": self.execute_seconds,
+                "check_seconds": self.check_seconds, "kernel_seconds": self.kernel_seconds,
+                **({"sent": self.sent} if self.recording else {})}
 
     def grader_says(self, cell, ename: str, evalue: str) -> None:
         cell.outputs = [error_output(ename, evalue)]
@@ -337,3 +351,26 @@ class GuardedExecute(Step, Execute):
         self.kernel_seconds["kernel stop"] += time.perf_counter() - start
 
     _cleanup_kernel = run_sync(_async_cleanup_kernel)  # as execute_cell: nbclient binds its own
+
+
+def expected_values(config, source: Path, release: Path, folder: Path, log: Path) -> dict[str, list[dict]] | str:
+    """grade_id -> the values the solution's test cell sent, from a run of `source` in `folder` (made here); or why
+    there are none: one of the solution's own tests failed, so no hand-in can be judged against it. Run in a process
+    of its own (batch.py forks one): its output and the kernel's go to `log`. The lesson cells a hand-in as released
+    skips (`release`: the student version) are skipped here too: a demo or a training run gives the tests nothing."""
+    nb = nbformat.read(source, as_version=4)
+    if not any(wants(c.source) for c in nb.cells if is_test(c)):
+        return {}  # tests that compare in the kernel alone: nothing to run the solution for
+    with open(log, "w") as handle:
+        os.dup2(handle.fileno(), 1)
+        os.dup2(handle.fileno(), 2)
+    shutil.copytree(source.parent, folder, dirs_exist_ok=True)  # the files beside the notebook, as a grading has
+    execute = GuardedExecute(config=config)
+    execute.allow_errors = True  # every failure is reported below, not the first alone
+    grading = Grading(recording=True, lessons_skipped=skippable(nb, nbformat.read(release, as_version=4)))
+    execute.preprocess(nb, {"metadata": {"path": str(folder)}, FINDINGS: grading})
+    failed = [f"{grade_id(c)} ({e.ename}: {str(e.get('evalue'))[:300]})" for c in nb.cells if is_test(c)
+              for e in [o for o in c.get("outputs", []) if o.output_type == "error"][:1]]
+    if failed:  # (its run has no checks between cells: nothing marks it tampered with)
+        return f"{source}: the solution fails its own tests, so no hand-in can be judged against it: {'; '.join(failed)}"
+    return grading.findings["sent"]

@@ -30,14 +30,13 @@ from traitlets.config import Config
 from torchcourse.format import HIDDEN, answer_cells, test_cells
 
 from . import gradebook, handin, layout, notebook, processes
-from .execute import GuardedExecute
 from .feedback import (ERROR_NAMES, TIMED_OUT, VISIBLE_RUN, HideHiddenTests, kept_error, message_templates, shown, stopped,
                        wants_visible_run)
 from .integrity import parsed
 from .judge import as_graded
 from .kernel import UNFENCED_WARNING
 from .lessons import skippable
-from .notebook import FINDINGS, SKIPPED, is_test, schema_checked_once
+from .notebook import FINDINGS, SKIPPED, Grading, is_test, schema_checked_once
 from .relay import visible
 from .layout import in_scratch, output, replace_file, scratch_gradebook, write_exchange_files
 from .results import GRADER_FAILED, Job, Result, not_graded, write_result
@@ -54,8 +53,16 @@ class GraderError(Exception):
 
 
 class Autograded(Autograde):
-    """nbgrader's Autograde, keeping the exception a step raised (nbgrader logs it and raises one of its own)."""
+    """nbgrader's Autograde with a grading's inputs for the execute step in each notebook's resources (FINDINGS), where
+    the step leaves its findings; keeping the exception a step raised (nbgrader logs it and raises one of its own)."""
     failure: Exception | None = None
+
+    def __init__(self, grading: Grading, **kw):
+        super().__init__(**kw)
+        self.grading = grading  # the step's findings land in it too (GuardedExecute.preprocess)
+
+    def init_single_notebook_resources(self, notebook_filename):
+        return {**super().init_single_notebook_resources(notebook_filename), FINDINGS: self.grading}
 
     def convert_single_notebook(self, notebook_filename):
         try:
@@ -89,15 +96,6 @@ def course_config(job: Job, root: Path) -> Config:
     return config
 
 
-def with_execute_step(steps: list, execute: GuardedExecute) -> list:
-    """The configured autograde steps, with this grading's own execute step in place of the configured one."""
-    named = [s if isinstance(s, str) else f"{s.__module__}.{s.__qualname__}" for s in steps]
-    at = [i for i, name in enumerate(named) if name.rsplit(".", 1)[-1] in ("Execute", "GuardedExecute")]
-    if len(at) != 1:
-        raise GraderError("the course's Autograde.autograde_preprocessors must hold one execute step")
-    return steps[:at[0]] + [execute] + steps[at[0] + 1:]
-
-
 def cell_name(nb, index: int | None) -> str:
     if index is None:
         return "the notebook"
@@ -127,32 +125,34 @@ def prepare(job: Job, nb) -> Path:
     return root
 
 
-def autograde(job: Job, nb, skip: dict[int, str], lessons: set[str],
-              retried: bool = False) -> tuple[GuardedExecute, str | None]:
-    """nbgrader's autograde of `nb` in a fresh scratch course: its execute step, and None or why the kernel was lost.
-    `skip`: cells not to run again, by index; `lessons`: ids of lesson cells the grading does not need."""
+def autograde(job: Job, nb, skip: dict[int, str], lessons: set[str], retried: bool = False) -> tuple[dict, str | None]:
+    """nbgrader's autograde of `nb` in a fresh scratch course: its execute step's findings, and None or why the kernel
+    was lost. `skip`: cells not to run again, by index; `lessons`: ids of lesson cells the grading does not need."""
     root = prepare(job, nb)
     config = course_config(job, root)
-    execute = GuardedExecute(config=config)
-    execute.skip, execute.lessons_skipped = skip, lessons
     try:
-        execute.expected = layout.read_expected(job.template)
+        expected = layout.read_expected(job.template)
     except (OSError, ValueError) as error:
         raise GraderError(f"the batch's expected values are unreadable ({error})") from None
-    converter = Autograded(coursedir=CourseDirectory(config=config), config=config)
-    converter.autograde_preprocessors = with_execute_step(converter.autograde_preprocessors, execute)
+    converter = Autograded(coursedir=CourseDirectory(config=config), config=config,
+                           grading=Grading(skip=skip, lessons_skipped=lessons, expected=expected))
     try:
         converter.start()
-        return execute, None
-    except Exception:  # nbgrader logs the details and raises a generic error: what we need is on `execute`
-        if execute.start_failed:  # the machine's fault (no cell has run): once more, then the batch stops
+        if converter.grading.findings is None:
+            raise GraderError("the course's Autograde.autograde_preprocessors must hold autograder's GuardedExecute")
+        return converter.grading.findings, None
+    except Exception:  # nbgrader logs the details and raises a generic error: what we need is in the findings
+        found = converter.grading.findings
+        if found is None:  # the execute step never ran: a step before it raised, or none is configured
+            raise converter.failure or RuntimeError("nbgrader's autograde failed") from None
+        if found["start_failed"]:  # the machine's fault (no cell has run): once more, then the batch stops
             if not retried:
                 return autograde(job, nb, skip, lessons, retried=True)
-            raise GraderError(f"a kernel could not start ({execute.start_failed})") from None
-        if execute.lost is None:  # a step raised on this hand-in: its row says so (run)
+            raise GraderError(f"a kernel could not start ({found['start_failed']})") from None
+        if found["lost"] is None:  # a step raised on this hand-in: its row says so (run)
             raise converter.failure or RuntimeError("nbgrader's autograde failed") from None
-        return execute, (f"ran out of memory (the limit is {execute.memory_gib:g} GiB)" if execute.out_of_memory
-                         else lost_kernel_reason(execute.lost, execute.kernel_exit, execute.timeout))
+        return found, (f"ran out of memory (the limit is {found['memory_gib']:g} GiB)" if found["out_of_memory"]
+                       else lost_kernel_reason(found["lost"], found["kernel_exit"], found["timeout"]))
 
 
 def full_disk(job: Job, error: BaseException) -> str | None:
@@ -275,7 +275,7 @@ def visible_errors(job: Job, nb, graded, skip: dict[int, str], lessons: set[str]
                     or (is_test(cell) and HIDDEN.search(cell.source)))}
     second = replace(job, scratch=f"{job.scratch}-visible")
     try:
-        execute, lost = autograde(second, nb, {**left_out, **skip}, lessons)
+        findings, lost = autograde(second, nb, {**left_out, **skip}, lessons)
         ran = nbformat.read(in_scratch(second.scratch, "autograded", job.student_id, job.assignment, job.notebook), 4)
     except Exception:  # the graded run's row and feedback stand; the feedback shows no message for these tests
         logging.exception("the run without hidden tests failed")
@@ -288,7 +288,7 @@ def visible_errors(job: Job, nb, graded, skip: dict[int, str], lessons: set[str]
     found = {}
     for cell in ran.cells:
         errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
-        if cell.id in wanted and errors and errors[0].get("ename") != TIMED_OUT and cell.id not in execute.verdicts:
+        if cell.id in wanted and errors and errors[0].get("ename") != TIMED_OUT and cell.id not in findings["verdicts"]:
             found[cell.id] = kept_error(errors[0])
     return found
 
@@ -369,25 +369,25 @@ def grade(job: Job) -> Result:
     problems, skip, lessons = [], {}, skippable(nb, release)
     for _ in range(ATTEMPTS):
         clock["nbgrader's autograde"] = time.perf_counter()
-        execute, lost = autograde(job, nb, skip, lessons)
+        found, lost = autograde(job, nb, skip, lessons)
         if lost is None:
             break
-        status = "timeout" if execute.lost == "timeout" and execute.kernel_exit is None else "crashed"
-        problems.append((status, f"{cell_name(nb, execute.running)} {lost}; it was skipped and the rest graded"))
-        skip[execute.running] = f"this cell {lost}, so it was not run"
+        status = "timeout" if found["lost"] == "timeout" and found["kernel_exit"] is None else "crashed"
+        problems.append((status, f"{cell_name(nb, found['running'])} {lost}; it was skipped and the rest graded"))
+        skip[found["running"]] = f"this cell {lost}, so it was not run"
     else:
         return not_graded(job, problems[0][0], "; ".join(p[1] for p in problems) + ": grading gave up", sha)
     processes.stop_descendants(os.getpid())
     graded = nbformat.read(in_scratch(job.scratch, "autograded", job.student_id, job.assignment, job.notebook), 4)
-    problems += problems_in(graded, execute.timeout, execute.memory_gib)
-    if execute.out_of_memory and not any("out of memory" in said for _, said in problems):  # a child it started, say
+    problems += problems_in(graded, found["timeout"], found["memory_gib"])
+    if found["out_of_memory"] and not any("out of memory" in said for _, said in problems):  # a child it started, say
         problems.append(("crashed", f"a process of the notebook ran out of memory (the limit is "
-                                    f"{execute.memory_gib:g} GiB) and was killed"))
-    if execute.tampered:
-        problems.insert(0, ("tampered", f"from {cell_name(graded, execute.tampered[0])} on, tests score 0: "
-                                        f"{execute.tampered[1]}"))
-    if execute.left_running:
-        n = execute.left_running
+                                    f"{found['memory_gib']:g} GiB) and was killed"))
+    if found["tampered"]:
+        problems.insert(0, ("tampered", f"from {cell_name(graded, found['tampered_at'])} on, tests score 0: "
+                                        f"{found['tampered']}"))
+    if found["left_running"]:
+        n = found["left_running"]
         notes.append(f"the notebook left {n} process{'es' if n > 1 else ''} running after grading; "
                      f"{'they were' if n > 1 else 'it was'} stopped")
     notes += answers_said(graded, release)
@@ -417,12 +417,12 @@ def grade(job: Job) -> Result:
                     max_score=sum(c["max_score"] for c in cells.values()), cells=cells, comments=comments, sha256=sha,
                     timestamp=job.timestamp, secret=job.secret, seconds_late=late, late_penalty=penalty,
                     given_id=job.given_id)
-    result.execute_seconds = round(execute.execute_seconds, 2)
-    result.check_seconds = round(execute.check_seconds, 2)
+    result.execute_seconds = round(found["execute_seconds"], 2)
+    result.check_seconds = round(found["check_seconds"], 2)
     marks = list(clock.items())
     phases = {name: later - at for (name, at), (_, later) in zip(marks, marks[1:])}
-    inside = {**execute.kernel_seconds, "integrity checks": execute.check_seconds}  # the last attempt's
-    phases["nbgrader's autograde"] -= sum(inside.values()) + execute.execute_seconds
+    inside = {**found["kernel_seconds"], "integrity checks": found["check_seconds"]}  # the last attempt's
+    phases["nbgrader's autograde"] -= sum(inside.values()) + found["execute_seconds"]
     result.phases = {name: round(seconds, 3) for name, seconds in {**phases, **inside}.items()}
     return result
 

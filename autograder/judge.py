@@ -3,7 +3,7 @@
 A test cell's `expect(label, got, want)` compares in the kernel wherever a student runs it. A grading runs the cell
 with every `want` removed (`as_graded`): the kernel computes only the student's values and sends them out as plain
 data (torchcourse/values.py); the expected values are what the solution's run of the same cells sent, once per
-batch (`reference`); the comparison and the verdict happen here. So the student's kernel never holds an expected value,
+batch (`execute.expected_values`); the comparison and the verdict happen here. So the student's kernel never holds an expected value,
 a comparison or a verdict of these tests. What a test still checks inside the kernel (a function refused, gradcheck,
 shared storage) is only observed there: integrity.py watches for tampering with it, and README.md says its limits.
 """

@@ -4,6 +4,7 @@ names, first failures, the grader's findings and errors; and nbgrader's metadata
 import json
 import re
 import types
+from dataclasses import dataclass, field
 
 import jsonschema
 import nbgrader.nbgraderformat.common
@@ -30,6 +31,25 @@ def is_test(cell) -> bool:
     """A cell of tests (graded, not an answer) with code in it."""
     return cell.cell_type == "code" and is_grade(cell) and not is_solution(cell) and bool(cell.source.strip())
 
+
+
+@dataclass(kw_only=True)
+class Grading:
+    """One grading's inputs to the execute step and what it found, in the notebook's resources under FINDINGS: one
+    object the grader and the step share (nbconvert deep-copies resources before its steps, and passes this one as is).
+    Without it (a plain `nbgrader autograde`) the tests run as written."""
+    # cell index -> why it is not run: set by the grader before a second attempt; the step adds the later tests of an
+    # exercise whose test ran out of time, which so stay skipped in a second attempt too
+    skip: dict[int, str] = field(default_factory=dict)
+    # grade_id -> the values the solution's test cell sent (judge.py): the test cells then run without their expected
+    # values and the grader judges what they send. None: they run as written, comparing in the kernel.
+    expected: dict[str, list[dict]] | None = None
+    recording: bool = False  # the solution's own run, which makes `expected`: its test cells run as in a grading
+    lessons_skipped: set[str] = field(default_factory=set)  # ids of lesson cells the grading does not need (lessons.py)
+    findings: dict | None = None  # the step's findings, as it also writes them into the notebook's metadata
+
+    def __deepcopy__(self, memo):
+        return self
 
 VALIDATORS: dict = {}  # nbgrader's metadata schema (as JSON) -> its validator, checked (schema_checked_once)
 
