@@ -13,7 +13,7 @@ import time
 import traceback
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta, timezone
 from pathlib import Path
 
@@ -32,7 +32,7 @@ from .layout import LOCK, OUTPUTS, REPORT, SOLUTION_LOG, TABLE, default_out, exc
 from .processes import in_child
 from .progress import Progress
 from .report import write_report
-from .results import STATUSES, Job, formgraders_mean, not_graded, read_result, write_result, write_table
+from .results import STATUSES, Job, Result, formgraders_mean, not_graded, read_result, write_result, write_table
 from . import supervisor
 from .kernel import WarmParents
 from .supervisor import BatchFailed
@@ -95,21 +95,21 @@ def plan(found, options: Options, make_job, out: Path) -> tuple[dict, list]:
     for s in found:
         job = make_job(s)
         if s.path is None:
-            results[s.student_id] = asdict(not_graded(job, s.status, s.message))
+            results[s.student_id] = not_graded(job, s.status, s.message)
             write_result(output(out, "results", s.student_id), results[s.student_id])  # for a merge
             continue
         previous = output(out, "results", s.student_id)
         old = None if options.force else read_result(previous)
         try:
-            same = old and (old.get("sha256"), old.get("timestamp", "")) == (
+            same = old and (old.sha256, old.timestamp) == (
                 hashlib.sha256(s.path.read_bytes()).hexdigest(), s.timestamp)
             if not same:
                 replace_file(output(out, "submitted", s.student_id), source=s.path)  # what the gradebook will hold
         except OSError as error:  # a file the instructor cannot read costs its row alone; a full disk stops the batch
             if error.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise
-            results[s.student_id] = asdict(not_graded(
-                job, "invalid", f"the notebook handed in could not be read ({type(error).__name__}: {error.strerror})"))
+            results[s.student_id] = not_graded(
+                job, "invalid", f"the notebook handed in could not be read ({type(error).__name__}: {error.strerror})")
             write_result(previous, results[s.student_id])
             continue
         if same:
@@ -146,17 +146,17 @@ def price_marked_late(found: list[Submission], due: dict[str, str], assignment: 
               "those hand-ins are graded again", file=sys.stderr)
 
 
-def with_names(results: dict[str, dict], found: list[Submission], out: Path) -> dict[str, dict]:
+def with_names(results: dict[str, Result], found: list[Submission], out: Path) -> dict[str, Result]:
     """The rows with each student's name as the zip gave it, kept in their stored results too (a merge reads them)."""
-    names = {s.student_id: {"first_name": s.first_name, "last_name": s.last_name} for s in found}
+    names = {s.student_id: (s.first_name, s.last_name) for s in found}
     for sid, r in results.items():
-        if sid in names and any(r.get(key, "") != value for key, value in names[sid].items()):
-            results[sid] = {**r, **names[sid]}
+        if sid in names and (r.first_name, r.last_name) != names[sid]:
+            results[sid] = replace(r, first_name=names[sid][0], last_name=names[sid][1])
             write_result(output(out, "results", sid), results[sid])
     return results
 
 
-def grade(options: Options) -> list[dict]:
+def grade(options: Options) -> list[Result]:
     """The whole command: returns the rows of grades.csv. BatchFailed names a step that failed after grading began."""
     wall = time.perf_counter()
     enter(options.course)
@@ -190,7 +190,7 @@ def points_of(source: Path) -> dict[str, float]:
             for c in nbformat.read(source, as_version=4).cells if c.metadata.get("nbgrader", {}).get("grade")}
 
 
-def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
+def grade_class(options, config, cd, assignment, source, out) -> list[Result]:
     for folder in OUTPUTS:
         (out / folder).mkdir(parents=True, exist_ok=True)
     others = {p.parent.name: nbgrader_ids(nbformat.read(p, as_version=4))
@@ -242,7 +242,7 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
 
         results, todo = plan(found, options, make_job, out)
         drawing = Report(out, source, scratch, config,
-                         list(results.values()) + [{"student_id": j.student_id, "status": "to grade"} for j in todo])
+                         [(r.student_id, r.status) for r in results.values()] + [(j.student_id, "to grade") for j in todo])
         part = f" (shard {options.shard[0]} of {options.shard[1]})" if options.shard else ""
         where = f"on the workers of {options.scheduler}" if options.scheduler else f"{options.jobs} at a time"
         print(f"{assignment}{part}: {len(found)} students, {len(todo)} to grade ({len(found) - len(todo)} done before "
@@ -277,8 +277,8 @@ def grade_class(options, config, cd, assignment, source, out) -> list[dict]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def record(cd, config, assignment: str, notebook: str, rows: list[dict], out: Path, scratch: Path,
-           grade_ids: list[str]) -> list[dict]:
+def record(cd, config, assignment: str, notebook: str, rows: list[Result], out: Path, scratch: Path,
+           grade_ids: list[str]) -> list[Result]:
     """The rows into the course's gradebook and folders, then grades.csv again as the gradebook has them (scores
     entered by hand, late penalties)."""
     with step("recording the grades in the course's gradebook"):
@@ -318,7 +318,7 @@ class Report:
             return  # the batch stopped before its rows were ready: no page
         write_report(out / REPORT, rows, source, similar)
 
-    def draw(self, rows: list[dict]) -> None:
+    def draw(self, rows: list[Result]) -> None:
         with step("writing report.html"):
             self.send.send(rows)
             self.send.close()
@@ -344,7 +344,7 @@ def shard_outputs(folders: list[Path]) -> list[Path]:
     return found
 
 
-def merge(folders: list[Path], out: Path | None, course: Path, settings: dict) -> list[dict]:
+def merge(folders: list[Path], out: Path | None, course: Path, settings: dict) -> list[Result]:
     """The shards' outputs into one grades.csv, feedback folder and gradebook entry, as one run would have made."""
     wall = time.perf_counter()
     enter(course)
@@ -357,11 +357,11 @@ def merge(folders: list[Path], out: Path | None, course: Path, settings: dict) -
             r = read_result(path)
             if r is None:
                 raise SystemExit(f"{path} is not a grading result: grade that shard again")
-            if r["student_id"] in origin:
-                raise SystemExit(f"{r['student_id']} was graded in {origin[r['student_id']]} and in {shard}: "
+            if r.student_id in origin:
+                raise SystemExit(f"{r.student_id} was graded in {origin[r.student_id]} and in {shard}: "
                                  "were the shards made with the same N?")
-            results[r["student_id"]], origin[r["student_id"]] = r, shard
-    names = {r["assignment"] for r in results.values()}
+            results[r.student_id], origin[r.student_id] = r, shard
+    names = {r.assignment for r in results.values()}
     if len(names) != 1:
         raise SystemExit(f"the shards hold {' and '.join(sorted(names)) or 'no results'}: merge one assignment's")
     assignment, source = resolve(cd, names.pop())
@@ -380,16 +380,16 @@ def merge(folders: list[Path], out: Path | None, course: Path, settings: dict) -
         scratch = Path(tempfile.mkdtemp(prefix="autograder-merge-"))
         try:
             rows = record(cd, config, assignment, source.name, rows, out, scratch, list(points_of(source)))
-            Report(out, source, scratch, config, rows).draw(rows)
+            Report(out, source, scratch, config, [(r.student_id, r.status) for r in rows]).draw(rows)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     summarise(rows, out, time.perf_counter() - wall, config)
     return rows
 
 
-def summarise(rows: list[dict], out: Path, seconds: float, config: Config, shard: tuple[int, int] | None = None) -> None:
-    counts = Counter(r["status"] for r in rows)
-    best = max((r["max_score"] for r in rows), default=0)
+def summarise(rows: list[Result], out: Path, seconds: float, config: Config, shard: tuple[int, int] | None = None) -> None:
+    counts = Counter(r.status for r in rows)
+    best = max((r.max_score for r in rows), default=0)
     mean = f"mean score {formgraders_mean(rows):.2f} of {best:g} (formgrader's: every student)" if rows else ""
     print(f"\n{len(rows)} students: " + ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s]) +
           f"; {mean}; {seconds:.0f} s in all", file=sys.stderr)
@@ -404,9 +404,9 @@ def summarise(rows: list[dict], out: Path, seconds: float, config: Config, shard
         url = config.CourseDirectory.get("db_url", "")
         shown = make_url(url).render_as_string(hide_password=True) if url else "nbgrader's default"
         print(f"recorded in the course's gradebook ({shown})", file=sys.stderr)
-        late = [r for r in rows if r.get("seconds_late")]
+        late = [r for r in rows if r.seconds_late]
         if late:
-            print(f"{len(late)} handed in late, {sum(r.get('late_penalty', 0) for r in late):g} points taken off "
+            print(f"{len(late)} handed in late, {sum(r.late_penalty for r in late):g} points taken off "
                   "(nbgrader's LateSubmissionPlugin)", file=sys.stderr)
-        if any(r.get("timestamp") and r.get("secret") for r in rows):
+        if any(r.timestamp and r.secret for r in rows):
             print("feedback of the exchange's hand-ins is ready for `nbgrader release_feedback`", file=sys.stderr)

@@ -37,21 +37,19 @@ from traitlets.config import LoggingConfigurable
 
 from torchcourse.format import HIDDEN, answer_cells, grading, test_cells  # HIDDEN: the one definition of the markers
 
-from .notebook import FINDINGS, error_output, exercise_name, first_failure, is_test, unanswered
+from .notebook import (FINDINGS, NOT_ANSWERED, PAGE_POLICY, TIMED_OUT, VISIBLE_RUN, error_output, exercise_name,
+                       first_failure, is_test, unanswered)
 from .step import Step
 
 NOTICE = "# Hidden tests ran here when your notebook was graded; their code is not shown.\n"
 WITHHELD = "(output not shown: it was made after hidden tests had run)"
 UNKNOWN_MESSAGE = "(message not shown: it is not one of this test's own)"
-NOT_ANSWERED = "not answered (the answer raises NotImplementedError, as released)"  # the summary's words for a stub
 # A visible test's error whose message the page cannot show (it was raised after hidden tests had run, and no run
 # without them raised it): the student can run the test in their notebook and read it there.
 VISIBLE_UNKNOWN = ("(message not shown: hidden tests had run before this test when it failed; run this test in your "
                    "notebook to see its message)")
 VISIBLE_RUN_NOTE = ("This test's own error, as a second run of your notebook without the hidden tests raised it\n"
                     "(in the graded run, hidden tests had run before this test):\n")
-TIMED_OUT = "CellTimeoutError"  # the error nbgrader's execute step adds to a cell it stopped at the time limit
-VISIBLE_RUN = "visible_run"  # under FINDINGS: visible tests' errors in a run without the hidden tests (grade_one)
 ERROR_CHARS, TRACEBACK_LINES = 4000, 60  # of a kernel's error the page shows: characters of a line, lines
 PAGE = "autograder_page"  # a cell's metadata for the page's template: the summary's, and where a lesson's fold is
 TEMPLATES = Path(__file__).parent / "templates"  # the feedback page's template (feedback_page) and its macros
@@ -73,10 +71,6 @@ SAFE_ATTRIBUTES = {**bleach.ALLOWED_ATTRIBUTES, "*": ["class"], "ol": ["start"],
                    **{f"h{level}": ["id"] for level in range(1, 7)},  # nbconvert's heading anchors
                    "th": ["style"], "td": ["style"]}  # a markdown table's alignment, the one style allowed
 SAFE_STYLES = CSSSanitizer(allowed_css_properties=["text-align"])
-# The feedback page's and report.html's own: no script at all (so MathJax neither: formulas show as TeX), no request
-# (inline styles, data: images and fonts only), no <base> or form to send anything elsewhere.
-PAGE_POLICY = ("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
-               "img-src data:; font-src data:; base-uri 'none'; form-action 'none'\">")
 HEAD = re.compile(r"<head\b[^>]*>", re.IGNORECASE)
 
 

@@ -15,7 +15,7 @@ import signal
 import tempfile
 import time
 import warnings
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import nbformat
@@ -29,14 +29,15 @@ from traitlets.config import Config
 
 from torchcourse.format import HIDDEN, answer_cells, test_cells
 
-from . import gradebook, handin, layout, notebook, processes
+from . import handin, layout, notebook, processes
 from .feedback import (ERROR_NAMES, TIMED_OUT, VISIBLE_RUN, HideHiddenTests, kept_error, message_templates, shown, stopped,
                        wants_visible_run)
 from .integrity import parsed
 from .judge import as_graded
 from .kernel import UNFENCED_WARNING
 from .lessons import skippable
-from .notebook import FINDINGS, SKIPPED, Grading, is_test, schema_checked_once
+from .nbgrader_patches import schema_checked_once, share_engines, forget_engines
+from .notebook import FINDINGS, SKIPPED, Grading, is_test
 from .relay import visible
 from .layout import in_scratch, output, replace_file, scratch_gradebook, write_exchange_files
 from .results import GRADER_FAILED, Job, Result, not_graded, write_result
@@ -106,7 +107,7 @@ def cell_name(nb, index: int | None) -> str:
 def prepare(job: Job, nb) -> Path:
     """A fresh scratch course holding the assignment's sources, a copy of the template gradebook and the notebook."""
     root = Path(job.scratch)
-    gradebook.forget_engines()  # an attempt before this one had the gradebook open
+    forget_engines()  # an attempt before this one had the gradebook open
     shutil.rmtree(root, ignore_errors=True)
     try:
         shutil.copytree(Path(job.template) / "source", root / "source")
@@ -317,7 +318,7 @@ def warm_up(config: Config, template: Path, assignment: str, notebook: str) -> N
         as_graded(cell.source)
         message_templates(cell.source)
     schema_checked_once()
-    MetadataValidator().validate_nb(release)  # its schema checked (notebook.VALIDATORS)
+    MetadataValidator().validate_nb(release)  # its schema checked (nbgrader_patches.VALIDATORS)
     copy_of = template.parent / "warm-up.db"
     shutil.copy(template / layout.SCRATCH_GRADEBOOK, copy_of)
     with Gradebook(f"sqlite:///{copy_of}") as gb, warnings.catch_warnings():
@@ -437,7 +438,7 @@ class PrintableFormatter(logging.Formatter):
 def run(job: Job) -> None:
     """Entry point of the grading process: grade, write out/results/<student>.json, leave nothing running."""
     processes.become_subreaper()
-    gradebook.share_engines()
+    share_engines()
     schema_checked_once()
     tempfile.tempdir = str(Path(job.template).parent)  # kernels' runtime folders go with the batch's scratch
     log = output(job.out, "logs", job.student_id)
@@ -466,4 +467,4 @@ def run(job: Job) -> None:
         processes.stop_descendants(os.getpid())
         shutil.rmtree(job.scratch, ignore_errors=True)
     result.seconds = round(time.perf_counter() - start, 2)
-    write_result(output(job.out, "results", job.student_id), asdict(result))
+    write_result(output(job.out, "results", job.student_id), result)

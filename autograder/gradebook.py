@@ -8,61 +8,24 @@ extension in the gradebook). grades.csv is then read back from it, so the three 
 import warnings
 import zlib
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
-import nbgrader.api
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.converters import GenerateAssignment
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import AssignLatePenalties
 from nbgrader.utils import parse_utc
-from sqlalchemy import create_engine, event, text
+from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SAWarning
 from sqlalchemy.pool import NullPool
 from traitlets.config import Config
 
+from . import nbgrader_patches  # noqa: F401  (every gradebook a batch makes gets its schema version in-process)
 from .layout import exclusive, output, replace_file, write_exchange_files
-from .results import NEEDS_REVIEW
-
-
-def alembic_head() -> str:
-    """The gradebook schema's version, which nbgrader writes into a new gradebook: read as `alembic heads` reads it,
-    in this process. nbgrader runs the alembic command for it: 1.3 s a gradebook, and a half-made gradebook where the
-    environment's bin/ is not on PATH (FileNotFoundError: 'alembic')."""
-    from alembic.config import Config as AlembicConfig
-    from alembic.script import ScriptDirectory
-    from nbgrader.dbutil import _temp_alembic_ini
-
-    with _temp_alembic_ini("sqlite:////tmp/gradebook.db") as ini:  # nbgrader's own scripts, as its command reads them
-        return ScriptDirectory.from_config(AlembicConfig(ini)).get_current_head()
-
-
-nbgrader.api.get_alembic_version = alembic_head  # every gradebook a batch makes (its template, the course's)
-ENGINES: dict = {}  # gradebook URL -> its engine, in a process that shares them (share_engines)
-
-
-def share_engines() -> None:
-    """From now on in this process (a grading's, whose gradebook is its scratch copy), one engine per gradebook URL:
-    nbgrader opens a Gradebook a dozen times in a grading, each with an engine of its own, and SQLAlchemy compiles
-    every statement again for each (it keeps compiled SQL per engine). `forget_engines` before a gradebook's file is
-    replaced. A scratch SQLite file is read once and deleted: its commits (about 40) need not reach the disk."""
-    def engine_for(url, **kw):
-        if str(url) not in ENGINES:
-            ENGINES[str(url)] = engine = create_engine(url, **kw)
-            if engine.dialect.name == "sqlite":
-                event.listen(engine, "connect", lambda connection, _: connection.execute("PRAGMA synchronous = OFF"))
-        return ENGINES[str(url)]
-
-    nbgrader.api.create_engine = engine_for
-
-
-def forget_engines() -> None:
-    """Close the shared engines' connections: the files they were open on are about to be replaced."""
-    for engine in ENGINES.values():
-        engine.dispose()
-    ENGINES.clear()
+from .results import NEEDS_REVIEW, Result
 
 
 def is_postgres(db_url: str) -> bool:
@@ -133,8 +96,8 @@ def time_of(timestamp: str):
         return None
 
 
-def write_rows(cd: CourseDirectory, config: Config, assignment: str, notebook: str, rows: list[dict],
-               out: Path) -> list[dict]:
+def write_rows(cd: CourseDirectory, config: Config, assignment: str, notebook: str, rows: list[Result],
+               out: Path) -> list[Result]:
     """Put every row into the gradebook and the course's folders; return the rows as the gradebook now has them."""
     warnings.simplefilter("ignore", SAWarning)  # nbgrader's own add_submission always sets SQLAlchemy off
     late = AssignLatePenalties(config=config)
@@ -142,21 +105,21 @@ def write_rows(cd: CourseDirectory, config: Config, assignment: str, notebook: s
     stem, seen = Path(notebook).stem, []
     with Gradebook(cd.db_url, cd.course_id) as gb:
         for r in rows:
-            sid = r["student_id"]
-            given = r.get("given_id") or sid  # the LMS's own id, where it fits nbgrader's column
+            sid = r.student_id
+            given = r.given_id or sid  # the LMS's own id, where it fits nbgrader's column
             student = gb.update_or_create_student(sid, **({"lms_user_id": given} if len(given) <= 128 else {}))
             name_student(student, r)
-            when = {"timestamp": t} if (t := time_of(r.get("timestamp", ""))) else {}
+            when = {"timestamp": t} if (t := time_of(r.timestamp)) else {}
             submission = gb.update_or_create_submission(assignment, sid, **when)
             nb = gb.find_submission_notebook(stem, assignment, sid)
-            flag = r["status"] in NEEDS_REVIEW
+            flag = r.status in NEEDS_REVIEW
             for grade in nb.grades:
-                cell = r["cells"].get(grade.name, {})
+                cell = r.cells.get(grade.name, {})
                 grade.auto_score = cell.get("score", 0.0)
                 # SaveAutoGrades' rule: a score entered by hand stays (it is the grade's score) and goes back to a human
                 grade.needs_manual_grade = flag or cell.get("needs_manual_grade", False) or grade.manual_score is not None
             for comment in nb.comments:
-                comment.auto_comment = r["comments"].get(comment.name)
+                comment.auto_comment = r.comments.get(comment.name)
             gb.db.commit()
             # AssignLatePenalties' rule, with this session: none unless late, then the plugin's, within [0, score]
             nb.late_submission_penalty = None
@@ -170,30 +133,30 @@ def write_rows(cd: CourseDirectory, config: Config, assignment: str, notebook: s
     return seen
 
 
-def name_student(student, r: dict) -> None:
+def name_student(student, r: Result) -> None:
     """The student's name as the LMS's zip gave it, into the gradebook (as `nbgrader db student add --first-name
     --last-name` would), where the gradebook has none: a name already there, an instructor's or an earlier zip's, is
     kept. "" rather than None for a part not given: formgrader shows None as "None"."""
-    if not (student.first_name or student.last_name) and (r.get("first_name") or r.get("last_name")):
-        student.first_name, student.last_name = r.get("first_name", ""), r.get("last_name", "")
+    if not (student.first_name or student.last_name) and (r.first_name or r.last_name):
+        student.first_name, student.last_name = r.first_name, r.last_name
 
 
-def as_recorded(r: dict, nb, submission) -> dict:
+def as_recorded(r: Result, nb, submission) -> Result:
     """A row as the gradebook has it: scores entered by hand win, late penalty taken off, the student's name."""
-    cells = {g.name: {**r["cells"].get(g.name, {}), "score": float(g.score), "max_score": float(g.max_score),
+    cells = {g.name: {**r.cells.get(g.name, {}), "score": float(g.score), "max_score": float(g.max_score),
                       "needs_manual_grade": bool(g.needs_manual_grade), "by_hand": g.manual_score is not None}
              for g in nb.grades}
     penalty = float(nb.late_submission_penalty or 0)
-    return {**r, "cells": cells, "score": float(nb.score) - penalty, "max_score": float(nb.max_score),
-            "late_penalty": penalty, "seconds_late": float(submission.total_seconds_late),
-            "first_name": submission.student.first_name or "", "last_name": submission.student.last_name or ""}
+    return replace(r, cells=cells, score=float(nb.score) - penalty, max_score=float(nb.max_score), late_penalty=penalty,
+                   seconds_late=float(submission.total_seconds_late), first_name=submission.student.first_name or "",
+                   last_name=submission.student.last_name or "")
 
 
-def copy_files(cd: CourseDirectory, assignment: str, notebook: str, r: dict, out: Path) -> None:
+def copy_files(cd: CourseDirectory, assignment: str, notebook: str, r: Result, out: Path) -> None:
     """The notebook as handed in and as graded into the course's folders, with the exchange's timestamp and secret;
     the feedback where `nbgrader release_feedback` looks, for a hand-in that came through the exchange."""
-    sid, root = r["student_id"], Path(cd.root)
-    timestamp, secret = r.get("timestamp", ""), r.get("secret", "")
+    sid, root = r.student_id, Path(cd.root)
+    timestamp, secret = r.timestamp, r.secret
     html = Path(notebook).with_suffix(".html").name
     exchange = bool(timestamp and secret)  # release_feedback needs both files, and fails without them
     for folder, source, name in ((cd.submitted_directory, output(out, "submitted", sid), notebook),

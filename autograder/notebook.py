@@ -1,13 +1,9 @@
 """What the grader reads and writes in notebooks it trusts (the assignment's, and those it built): graded cells, exercise
 names, first failures, the grader's findings and errors; and nbgrader's metadata schema checked once."""
 
-import json
 import re
-import types
 from dataclasses import dataclass, field
 
-import jsonschema
-import nbgrader.nbgraderformat.common
 from nbformat import NotebookNode
 from nbgrader.utils import is_grade, is_solution
 
@@ -32,6 +28,14 @@ def is_test(cell) -> bool:
     return cell.cell_type == "code" and is_grade(cell) and not is_solution(cell) and bool(cell.source.strip())
 
 
+TIMED_OUT = "CellTimeoutError"  # the error nbgrader's execute step adds to a cell it stopped at the time limit
+VISIBLE_RUN = "visible_run"  # under FINDINGS: visible tests' errors in a run without the hidden tests (grade_one)
+NOT_ANSWERED = "not answered (the answer raises NotImplementedError, as released)"  # the summary's words for a stub
+# The feedback page's and report.html's own: no script at all (so MathJax neither: formulas show as TeX), no request
+# (inline styles, data: images and fonts only), no <base> or form to send anything elsewhere.
+PAGE_POLICY = ("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
+               "img-src data:; font-src data:; base-uri 'none'; form-action 'none'\">")
+
 
 @dataclass(kw_only=True)
 class Grading:
@@ -50,30 +54,6 @@ class Grading:
 
     def __deepcopy__(self, memo):
         return self
-
-VALIDATORS: dict = {}  # nbgrader's metadata schema (as JSON) -> its validator, checked (schema_checked_once)
-
-
-def validate_metadata(instance, schema) -> None:
-    """`jsonschema.validate(instance, schema)`, as nbgrader calls it, the schema checked once per process."""
-    key = json.dumps(schema, sort_keys=True)  # each MetadataValidator reads the schema's file afresh
-    if key not in VALIDATORS:
-        kind = jsonschema.validators.validator_for(schema)
-        kind.check_schema(schema)
-        VALIDATORS[key] = kind(schema)
-    error = jsonschema.exceptions.best_match(VALIDATORS[key].iter_errors(instance))
-    if error is not None:
-        raise error
-
-
-def schema_checked_once() -> None:
-    """From now on in this process and those it forks: nbgrader's metadata validator checks its schema once. It calls
-    `jsonschema.validate` at each graded cell, which first checks the schema itself against JSON Schema's own (2-3 ms),
-    in two steps of a grading: 0.1 s of 07's. Each cell's metadata is validated by jsonschema, as before."""
-    shim = types.ModuleType("jsonschema")  # the module as nbgrader's validator sees it, with that one function changed
-    shim.__dict__.update(vars(jsonschema), validate=validate_metadata)
-    nbgrader.nbgraderformat.common.jsonschema = shim
-
 
 def grade_id(cell) -> str | None:
     return grading(cell).get("grade_id")

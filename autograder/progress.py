@@ -11,7 +11,7 @@ from time import monotonic
 
 from tqdm import tqdm
 
-from .results import STATUSES
+from .results import STATUSES, Result
 
 RUNNING_SHOWN = 3  # hand-ins named in a "still grading" line, slowest first (the rest are counted)
 
@@ -41,11 +41,11 @@ class Progress:
         """(student, seconds) of the hand-ins running, longest first."""
         return sorted(((s, now - started) for s, started in self.running.items()), key=lambda item: (-item[1], item[0]))
 
-    def update(self, result: dict) -> None:
+    def update(self, result: Result) -> None:
         """A hand-in graded: counted, and on a log one line saying so."""
         self.done += 1
-        self.counts[result["status"]] += 1
-        self.running.pop(result["student_id"], None)
+        self.counts[result.status] += 1
+        self.running.pop(result.student_id, None)
         if self.tty:
             self.bar.set_postfix_str(self.postfix(), refresh=False)
             self.bar.update(1)
@@ -55,7 +55,7 @@ class Progress:
         elapsed = monotonic() - self.start
         left = elapsed / self.done * (self.total - self.done)
         bar = "#" * round(20 * self.done / self.total)
-        print(f"[{bar:<20}] {self.done}/{self.total}  {self.counted()}  ETA {clock(left)}  ({result['student_id']})",
+        print(f"[{bar:<20}] {self.done}/{self.total}  {self.counted()}  ETA {clock(left)}  ({result.student_id})",
               file=self.stream, flush=True)
 
     def postfix(self) -> str:

@@ -15,7 +15,7 @@ from nbgrader.coursedir import CourseDirectory
 from . import config as course_config, gradebook
 from .config import enter, resolve
 from .layout import LOCK, OUTPUTS, TABLE, default_out, exclusive, output
-from .results import full_name, read_result
+from .results import read_result, shown_id
 
 
 @dataclass(kw_only=True)
@@ -37,16 +37,17 @@ def students_of(cd: CourseDirectory, assignment: str, out: Path) -> dict[str, st
         with Gradebook(cd.db_url, cd.course_id) as gb:
             for s in gb.students:
                 if any(sub.assignment.name == assignment for sub in s.submissions):
-                    known[s.id] = shown(s.lms_user_id or s.id, {"first_name": s.first_name, "last_name": s.last_name})
+                    known[s.id] = shown(s.lms_user_id or s.id, s.first_name, s.last_name)
     for path in sorted((out / "results").glob("*" + OUTPUTS["results"])):
         if (r := read_result(path)) is not None:
-            known.setdefault(r["student_id"], shown(r.get("given_id") or r["student_id"], r))
+            known.setdefault(r.student_id, shown(shown_id(r), r.first_name, r.last_name))
     return known
 
 
-def shown(given: str, named: dict) -> str:
+def shown(given: str, first_name: str | None, last_name: str | None) -> str:
     """A student as people know them: "101 (Marie Curie)", or the id alone."""
-    return f"{given} ({name})" if (name := full_name(named)) else given
+    name = " ".join(part for part in (first_name, last_name) if part)
+    return f"{given} ({name})" if name else given
 
 
 def chosen(known: dict[str, str], wanted: list[str]) -> list[str]:

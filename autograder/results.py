@@ -4,7 +4,7 @@
 import csv
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TypedDict
 
@@ -86,19 +86,23 @@ def not_graded(job: Job, status: str, message: str, sha256: str = "") -> Result:
                   timestamp=job.timestamp, secret=job.secret, given_id=job.given_id)
 
 
-def write_result(path: Path, result: dict) -> None:
-    """A result is on disk whole or not at all: an interrupted run grades that student again."""
+def write_result(path: Path, result: Result) -> None:
+    """A result is on disk whole or not at all (JSON, its fields by name): an interrupted run grades that student
+    again."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(result, indent=1))
+    tmp.write_text(json.dumps(asdict(result), indent=1))
     os.replace(tmp, path)
 
 
-def read_result(path: Path) -> dict | None:
-    """The result stored at `path`, or None where there is none (or a damaged one, graded again)."""
+def read_result(path: Path) -> Result | None:
+    """The result stored at `path`, or None where there is none (or a damaged one, graded again). A field a newer
+    grader added is left out, one it dropped takes its default."""
     try:
-        result = json.loads(path.read_text())
-        return result if isinstance(result, dict) and result.get("status") in STATUSES else None
-    except (OSError, ValueError):
+        stored = json.loads(path.read_text())
+        if not isinstance(stored, dict) or stored.get("status") not in STATUSES:
+            return None
+        return Result(**{f.name: stored[f.name] for f in fields(Result) if f.name in stored})
+    except (OSError, ValueError, TypeError):
         return None
 
 
@@ -110,10 +114,10 @@ def settle(job: Job, exitcode: int | None, deadline: float, crashed: str = "") -
     if exitcode == GRADER_FAILED or read_result(path) is not None:
         return exitcode
     if exitcode is None and not crashed:
-        write_result(path, asdict(not_graded(job, "timeout", f"grading took longer than {deadline:.0f} s in all and was stopped")))
+        write_result(path, not_graded(job, "timeout", f"grading took longer than {deadline:.0f} s in all and was stopped"))
     else:
-        write_result(path, asdict(not_graded(
-            job, "crashed", crashed or f"the grading process ended unexpectedly (exit code {exitcode})")))
+        write_result(path, not_graded(
+            job, "crashed", crashed or f"the grading process ended unexpectedly (exit code {exitcode})"))
     return exitcode
 
 
@@ -126,21 +130,21 @@ def last_line(path: Path) -> str:
     return lines[-1] if lines else ""
 
 
-def shown_id(row: dict) -> str:
+def shown_id(row: Result) -> str:
     """The student's id as given, for people to read (grades.csv, the report)."""
-    return row.get("given_id") or row["student_id"]
+    return row.given_id or row.student_id
 
 
-def full_name(row: dict) -> str:
+def full_name(row: Result) -> str:
     """The student's name as people write it ("Marie Curie"; Canvas's "curiemarie"), "" where none is known."""
-    return " ".join(part for part in (row.get("first_name"), row.get("last_name")) if part)
+    return " ".join(part for part in (row.first_name, row.last_name) if part)
 
 
-def formgraders_mean(rows: list[dict]) -> float:
+def formgraders_mean(rows: list[Result]) -> float:
     """The mean score as formgrader shows it (nbgrader's Gradebook.average_assignment_score): every grade of the
     assignment over its number of submissions, late penalties not taken off. Every row is a submission in the
     gradebook (the missing and unreadable at 0), so it is the same number where these rows are all it holds."""
-    return sum(r["score"] + r.get("late_penalty", 0) for r in rows) / len(rows) if rows else 0.0
+    return sum(r.score + r.late_penalty for r in rows) / len(rows) if rows else 0.0
 
 
 def spreadsheet_safe(text: str) -> str:
@@ -149,7 +153,7 @@ def spreadsheet_safe(text: str) -> str:
     return f"'{text}" if text[:1] in ("=", "+", "-", "@", "\t", "\r", "\n") else text
 
 
-def write_table(path: Path, rows: list[dict], grade_ids: list[str]) -> None:
+def write_table(path: Path, rows: list[Result], grade_ids: list[str]) -> None:
     """grades.csv: one row per student and notebook, then one column per graded cell; replaced whole. A cell's score
     is the one an instructor entered by hand where there is one (its grade_id is then in `graded_by_hand`). The id
     is the student's as given (`gradebook_id`: the name of their files and gradebook entry), their name beside it."""
@@ -158,10 +162,10 @@ def write_table(path: Path, rows: list[dict], grade_ids: list[str]) -> None:
         writer = csv.writer(f)
         writer.writerow(FIXED_COLUMNS + grade_ids)
         for r in rows:
-            by_hand = " ".join(g for g in grade_ids if r["cells"].get(g, {}).get("by_hand"))
-            text = [shown_id(r), full_name(r), r["student_id"], r["assignment"], r["notebook"]]
-            writer.writerow([spreadsheet_safe(t) for t in text] + [f"{r['score']:g}", f"{r['max_score']:g}",
-                             r["status"], spreadsheet_safe(r["message"]), spreadsheet_safe(r.get("timestamp", "")),
-                             f"{r.get('seconds_late', 0):g}", f"{r.get('late_penalty', 0):g}", by_hand]
-                            + [f"{r['cells'][g]['score']:g}" if g in r["cells"] else "" for g in grade_ids])
+            by_hand = " ".join(g for g in grade_ids if r.cells.get(g, {}).get("by_hand"))
+            text = [shown_id(r), full_name(r), r.student_id, r.assignment, r.notebook]
+            writer.writerow([spreadsheet_safe(t) for t in text] + [f"{r.score:g}", f"{r.max_score:g}", r.status,
+                             spreadsheet_safe(r.message), spreadsheet_safe(r.timestamp), f"{r.seconds_late:g}",
+                             f"{r.late_penalty:g}", by_hand]
+                            + [f"{r.cells[g]['score']:g}" if g in r.cells else "" for g in grade_ids])
     os.replace(tmp, path)

@@ -168,7 +168,7 @@ def marked(text: str, slices) -> str:
     from copydetect.utils import highlight_overlap
 
     if slices.ndim != 2 or slices.shape[1] == 0:
-        return html.escape(text, quote=True)  # as report.text escapes what a hand-in says
+        return html.escape(text, quote=True)  # as the report's template escapes what a hand-in says
     return highlight_overlap(text, slices, "<mark>", "</mark>", escape_html=True)[0]
 
 
@@ -218,25 +218,25 @@ def similar_pairs(grade_id: str, answers: dict[str, str], released: str, setting
     return found
 
 
-def find(rows: list[dict], submitted: Path, source: Path, config: Config) -> Findings:
-    """Per exercise of the source notebook, the similar answers among the class's hand-ins (rows: each student's id and
-    status, a 'missing' one having handed nothing in; each hand-in as the batch keeps it, submitted/<student_id>.ipynb),
+def find(students: list[tuple[str, str]], submitted: Path, source: Path, config: Config) -> Findings:
+    """Per exercise of the source notebook, the similar answers among the class's hand-ins (`students`: each one's id
+    and status, a 'missing' one having handed nothing in; each hand-in as the batch keeps it, submitted/<student_id>.ipynb),
     each read as a grading reads it (handin.py). A hand-in that cannot be read or compared is left out, and named."""
     settings = Similarity(config=config)
     assignment = nbformat.read(source, as_version=4)
     released = released_answers(source, config)
     by_exercise, left_out = {gid: {} for gid in released}, []
-    for row in rows:
-        path = submitted / f"{row['student_id']}.ipynb"
-        if row["status"] == "missing" or not path.is_file():
+    for student_id, status in students:
+        path = submitted / f"{student_id}.ipynb"
+        if status == "missing" or not path.is_file():
             continue
         try:
             answers = handin.answers(path.read_bytes(), assignment)
         except Exception:  # that hand-in's part only: the class is compared without it
-            left_out.append(row["student_id"])
+            left_out.append(student_id)
             continue
         for gid, text in answers.items():
             if gid in by_exercise:
-                by_exercise[gid][row["student_id"]] = text
+                by_exercise[gid][student_id] = text
     exercises = [similar_pairs(gid, answers, released[gid], settings, left_out) for gid, answers in by_exercise.items()]
     return Findings(settings=settings, exercises=exercises, left_out=sorted(set(left_out)))

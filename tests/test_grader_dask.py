@@ -15,8 +15,7 @@ import pytest
 from nbgrader.api import Gradebook
 
 from autograder import distributed as on_dask
-from autograder.results import GRADER_FAILED, Job
-from autograder.results import read_result
+from autograder.results import GRADER_FAILED, Job, Result, read_result
 from course import ROOT
 from handins import (ASSIGNMENT, FIRST, NOTEBOOK, SECOND, grade, handin, private_env, right, right_answers, rows_of,
                      scratch_course, write, write_folder)
@@ -215,7 +214,8 @@ def test_every_end_of_a_task_leaves_a_row_but_the_graders_own_failure(tmp_path):
         (tmp_path / folder).mkdir()
     job = Job(student_id="alice", assignment=ASSIGNMENT, notebook=NOTEBOOK, submitted="", template="", scratch="",
               out=str(tmp_path), config=None, points={"a": 1.0, "b": 2.0})
-    row = {"student_id": "alice", "status": "graded", "score": 3.0, "max_score": 3.0, "message": ""}
+    row = Result(student_id="alice", assignment=ASSIGNMENT, notebook=NOTEBOOK, status="graded", score=3.0, max_score=3.0,
+                 message="")
 
     def written(task) -> dict | None:
         (tmp_path / "results" / "alice.json").unlink(missing_ok=True)
@@ -227,10 +227,10 @@ def test_every_end_of_a_task_leaves_a_row_but_the_graders_own_failure(tmp_path):
     assert [(tmp_path / f).read_bytes() for f in ("feedback/alice.html", "autograded/alice.ipynb", "logs/alice.log")] \
         == [b"<html>", b"{}", b"graded\n"]
     died = written(Finished(error=KilledWorker("grade-alice", SimpleNamespace(address="tcp://10.0.0.7:40000"), 3)))
-    assert (died["status"], died["score"], died["max_score"]) == ("crashed", 0.0, 3.0)
-    assert "died 4 times" in died["message"] and "10.0.0.7" in died["message"]
-    assert "RuntimeError: No space left" in written(Finished(error=RuntimeError("No space left")))["message"]
-    assert "exit code -9" in written(Finished({"result": None, "exitcode": -9}))["message"]
+    assert (died.status, died.score, died.max_score) == ("crashed", 0.0, 3.0)
+    assert "died 4 times" in died.message and "10.0.0.7" in died.message
+    assert "RuntimeError: No space left" in written(Finished(error=RuntimeError("No space left"))).message
+    assert "exit code -9" in written(Finished({"result": None, "exitcode": -9})).message
     assert written(Finished({"result": None, "exitcode": GRADER_FAILED, "logs": b"no bwrap\n"})) is None
     assert (tmp_path / "logs" / "alice.log").read_text() == "no bwrap\n"
 

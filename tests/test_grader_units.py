@@ -3,6 +3,7 @@
 import contextlib
 import copy
 import csv
+import dataclasses
 import json
 import os
 import pwd
@@ -336,8 +337,11 @@ def test_results_are_whole_or_absent(tmp_path):
     assert results.read_result(path) is None
     path.write_text('{"status": "graded", "student')
     assert results.read_result(path) is None
-    results.write_result(path, {"status": "graded"})
-    assert results.read_result(path) == {"status": "graded"} and not list(tmp_path.glob(".*tmp"))
+    row = results.Result(student_id="alice", assignment="a", notebook="a.ipynb", status="graded", message="")
+    results.write_result(path, row)
+    assert results.read_result(path) == row and not list(tmp_path.glob(".*tmp"))
+    path.write_text(json.dumps({**json.loads(path.read_text()), "a_field_of_a_newer_grader": 1}))
+    assert results.read_result(path) == row
 
 
 def test_the_readme_explains_every_status():
@@ -431,9 +435,9 @@ def test_student_file_names_are_safe_and_never_shared():
 
 def test_a_spreadsheet_runs_no_cell_of_grades_csv(tmp_path):
     """A cell opening with = + - @ or a control character is quoted; the id as given is kept beside the file name."""
-    row = {"student_id": "%2Bx", "given_id": "+x", "assignment": "a", "notebook": "a.ipynb", "score": 1.0,
-           "max_score": 2.0, "status": "graded", "message": "=HYPERLINK(\"http://x\")", "cells": {}}
-    results.write_table(tmp_path / "grades.csv", [row, {**row, "given_id": "@SUM(1)", "message": "-1"}], [])
+    row = results.Result(student_id="%2Bx", given_id="+x", assignment="a", notebook="a.ipynb", score=1.0, max_score=2.0,
+                         status="graded", message="=HYPERLINK(\"http://x\")")
+    results.write_table(tmp_path / "grades.csv", [row, dataclasses.replace(row, given_id="@SUM(1)", message="-1")], [])
     rows = list(csv.DictReader(open(tmp_path / "grades.csv")))
     assert [(r["student_id"], r["gradebook_id"], r["message"]) for r in rows] == [
         ("'+x", "%2Bx", "'=HYPERLINK(\"http://x\")"), ("'@SUM(1)", "%2Bx", "'-1")]
@@ -675,8 +679,8 @@ def test_a_hand_in_the_grader_cannot_read_costs_its_row_alone(tmp_path, monkeypa
                              submitted=str(s.path), template="", scratch="", out=str(tmp_path / "out"), config=Config())
     rows, todo = batch.plan(found, options, make_job, tmp_path / "out")
     assert [j.student_id for j in todo] == ["alice"]
-    assert rows["bob"]["status"] == "invalid" and "could not be read" in rows["bob"]["message"]
-    assert results.read_result(tmp_path / "out" / "results" / "bob.json")["status"] == "invalid"
+    assert rows["bob"].status == "invalid" and "could not be read" in rows["bob"].message
+    assert results.read_result(tmp_path / "out" / "results" / "bob.json").status == "invalid"
 
 
 def test_a_report_the_kernel_forged_is_refused_not_raised():

@@ -1,10 +1,17 @@
 """report.html from rows written by hand against the grader's test course: no grading, no sandbox."""
 
 import re
+from dataclasses import replace
+from html.parser import HTMLParser
 
+import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from autograder.report import write_report
+from autograder.results import Result
+from autograder.similarity import Exercise, Findings, Pair, Similarity, marked
 from handins import ASSIGNMENT, COURSE, FIRST, NOTEBOOK, SECOND, html_text
 
 SOURCE = COURSE / "solutions" / ASSIGNMENT / NOTEBOOK
@@ -14,15 +21,15 @@ HIDDEN_MEAN = "AssertionError: the mean of [2.5] is 2.5, not 1.25"
 HOSTILE = "<script>alert(1)</script></svg>"
 
 
-def row(student: str, status: str = "graded", seconds: float = 1.0, **failed: str) -> dict:
-    """A result as results.Result writes it: full marks but for the cells named in `failed` (grade_id=message)."""
+def row(student: str, status: str = "graded", seconds: float = 1.0, **failed: str) -> Result:
+    """A row: full marks but for the cells named in `failed` (grade_id=message)."""
     cells = {gid: {"score": 0.0 if gid in failed else float(points), "max_score": float(points),
                    "needs_manual_grade": False, "message": failed.get(gid, "")} for gid, points in POINTS.items()}
     if status != "graded":
         cells = {gid: {**cell, "score": 0.0, "message": ""} for gid, cell in cells.items()}
-    return {"student_id": student, "assignment": ASSIGNMENT, "notebook": NOTEBOOK, "status": status, "message": "",
-            "score": sum(c["score"] for c in cells.values()), "max_score": 6.0, "seconds": seconds,
-            "execute_seconds": seconds / 2, "cells": cells}
+    return Result(student_id=student, assignment=ASSIGNMENT, notebook=NOTEBOOK, status=status, message="",
+                  score=sum(c["score"] for c in cells.values()), max_score=6.0, seconds=seconds,
+                  execute_seconds=seconds / 2, cells=cells)
 
 
 @pytest.fixture(scope="module")
@@ -103,9 +110,9 @@ def test_the_mean_is_formgraders_over_every_student_and_says_so(tmp_path):
     """The page's mean is formgrader's (nbgrader's average_assignment_score: every submission's points over their
     number, before late penalties): a stopped hand-in's other points and the missing student's 0 count; it says whom
     it counts."""
-    stopped = {**row("slow", "timeout"), "score": 3.0}  # its first exercise passed before the time limit
-    late = {**row("late", ex1_mean_hidden=HIDDEN_MEAN), "seconds_late": 60.0, "late_penalty": 1.0}
-    late["score"] -= 1.0  # grades.csv's score: the late penalty taken off
+    stopped = replace(row("slow", "timeout"), score=3.0)  # its first exercise passed before the time limit
+    late = replace(row("late", ex1_mean_hidden=HIDDEN_MEAN), seconds_late=60.0, late_penalty=1.0)
+    late.score -= 1.0  # grades.csv's score: the late penalty taken off
     rows = [row("right"), row("wrong", ex1_mean_tests=VISIBLE_MEAN, ex1_mean_hidden=HIDDEN_MEAN), stopped, late,
             row("gone", "missing")]
     write_report(tmp_path / "report.html", rows, SOURCE)
@@ -122,7 +129,7 @@ def test_failures_are_grouped_with_the_students_behind_each_and_no_bare_error(tm
                 ex2_clip_hidden="TestSkipped: not run: ex2_clip_tests, a test of the same exercise, ran past the limit"),
             row("dave", ex1_mean_tests="NotImplementedError: ", ex1_mean_hidden="NotImplementedError: ",
                 ex2_clip_tests="NotImplementedError: ", ex2_clip_hidden="NotImplementedError: "),
-            {**row("erin", ex1_mean_hidden=HIDDEN_MEAN), "first_name": "Erin", "last_name": "Example"},
+            replace(row("erin", ex1_mean_hidden=HIDDEN_MEAN), first_name="Erin", last_name="Example"),
             row("frank", ex1_mean_hidden=HIDDEN_MEAN)]
     write_report(tmp_path / "report.html", rows, SOURCE)
     page = (tmp_path / "report.html").read_text()
@@ -137,7 +144,59 @@ def test_failures_are_grouped_with_the_students_behind_each_and_no_bare_error(tm
 
 def test_a_students_name_stands_beside_their_id(tmp_path):
     """Where the row carries the student's name (results.Result), the page shows it beside the id (statuses, slowest)."""
-    rows = [{**row("12345"), "first_name": "Marie", "last_name": "Curie"}, row("67890")]
+    rows = [replace(row("12345"), first_name="Marie", last_name="Curie"), row("67890")]
     write_report(tmp_path / "report.html", rows, SOURCE)
     text = html_text(tmp_path / "report.html")
     assert "12345 (Marie Curie), 67890" in text and text.count("12345 (Marie Curie)") == 2
+
+
+class Elements(HTMLParser):
+    """The elements of a page, in order, with their attributes: its structure, without the text."""
+
+    def __init__(self, page: str):
+        super().__init__()
+        self.seen = []
+        self.feed(page)
+
+    def handle_starttag(self, tag, attrs):
+        self.seen.append((tag, attrs))
+
+    def handle_endtag(self, tag):
+        self.seen.append(("/" + tag, []))
+
+
+def hostile_class(student_id: str, name: str, message: str, answer: str) -> tuple[list[Result], Findings]:
+    """Rows and similar answers where every text a hand-in brings is given: an id (as given, and in a pair), a name, a
+    test's message, an answer (as similarity.marked makes it HTML), a student whose answers could not be compared."""
+    rows = [replace(row("a", ex1_mean_tests=f"AssertionError: {message}"), given_id=f"id{student_id}",
+                    first_name=f"n{name}", seconds_late=1.0, late_penalty=1.0), row("b")]
+    shown = marked(answer, np.zeros((2, 0), dtype=int))
+    pair = Pair(students=("a", "b"), score=0.9, similarities=(0.9, 0.9), marked=(shown, shown))
+    findings = Findings(settings=Similarity(), exercises=[Exercise(grade_id=FIRST, answers=2, pairs=[pair])],
+                        left_out=[f"out{student_id}"])
+    return rows, findings
+
+
+@pytest.fixture(scope="module")
+def plain_page(tmp_path_factory):
+    """The elements of the hostile class's page with plain text in every field, and the folder to write others in."""
+    folder = tmp_path_factory.mktemp("escaping")
+    rows, findings = hostile_class("x", "x", "x", "x")
+    write_report(folder / "report.html", rows, SOURCE, findings)
+    return Elements((folder / "report.html").read_text()).seen, folder
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
+@given(texts=st.lists(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1).map(lambda s: s + "</svg>'\""),
+                      min_size=4, max_size=4))
+def test_any_text_from_a_hand_in_shows_as_text_and_adds_no_element(plain_page, texts):
+    """Whatever a hand-in's id, name, message and answer hold, the page has the elements and attributes of a page with
+    plain text in their place (markup in them opens and closes nothing), and a reader sees each text as it was."""
+    elements, folder = plain_page
+    student_id, name, message, answer = texts
+    rows, findings = hostile_class(*texts)
+    write_report(folder / "report.html", rows, SOURCE, findings)
+    assert Elements((folder / "report.html").read_text()).seen == elements
+    shown = html_text(folder / "report.html")
+    for said in (f"id{student_id}", f"n{name}", f"AssertionError: {message}", answer, f"out{student_id}"):
+        assert re.sub(r"\s+", " ", said).strip() in shown

@@ -4,6 +4,7 @@ directly, no grading; the batch's report step on hand-ins laid out as a graded c
 import io
 import itertools
 import json
+from dataclasses import replace
 import re
 import tokenize
 from collections import Counter
@@ -13,6 +14,7 @@ import pytest
 from traitlets.config import Config
 
 from autograder import batch, config as course_config
+from autograder.results import Result
 from autograder.similarity import Similarity, similar_pairs
 from course import assignments, read, release_path, solution_answers, wrong_answers
 from handins import ASSIGNMENT, COURSE, FIRST, NOTEBOOK, SECOND, html_text, right, write
@@ -181,11 +183,15 @@ def test_a_passage_much_of_the_class_wrote_is_no_evidence():
     assert len(flagged(similar_pairs("ex2_pad_collate", answers, PAD, counted)) & alike) > len(alike) // 4
 
 
-def hand_in(folder, student: str, answers: dict[str, str]) -> dict:
+def graded_row(student: str, **changed) -> Result:
+    return replace(Result(student_id=student, assignment=ASSIGNMENT, notebook=NOTEBOOK, status="graded", message="",
+                          score=6.0, max_score=6.0), **changed)
+
+
+def hand_in(folder, student: str, answers: dict[str, str]) -> Result:
     """A graded student's notebook where the batch keeps it (submitted/<gradebook id>.ipynb), and their row."""
     (folder / "submitted" / f"{student}.ipynb").write_text(write(right(**answers)))
-    return {"student_id": student, "assignment": ASSIGNMENT, "notebook": NOTEBOOK, "status": "graded", "message": "",
-            "score": 6.0, "max_score": 6.0, "cells": {}}
+    return graded_row(student)
 
 
 MEAN = '''def mean(xs):
@@ -226,16 +232,17 @@ def report_page(tmp_path_factory):
     out = tmp_path_factory.mktemp("graded")
     (out / "submitted").mkdir()
     hostile = {FIRST: MEAN.replace("HOSTILE", HOSTILE)}
-    rows = [{**hand_in(out, "mallory", hostile), "given_id": f"<b>mallory</b>{HOSTILE}"},
+    rows = [replace(hand_in(out, "mallory", hostile), given_id=f"<b>mallory</b>{HOSTILE}"),
             hand_in(out, "trent", {FIRST: MEAN_COPY.replace("HOSTILE", HOSTILE)}),
             hand_in(out, "alice", {}), hand_in(out, "bob", {FIRST: "def mean(xs):\n    return sum(xs) / len(xs)"}),
-            {**hand_in(out, "garbled", {}), "status": "invalid"}, {**hand_in(out, "not_json", {}), "status": "invalid"},
-            {**hand_in(out, "gone", {}), "status": "missing"}]
+            replace(hand_in(out, "garbled", {}), status="invalid"), replace(hand_in(out, "not_json", {}), status="invalid"),
+            replace(hand_in(out, "gone", {}), status="missing")]
     (out / "submitted" / "garbled.ipynb").write_text(json.dumps(GARBLED))
     (out / "submitted" / "not_json.ipynb").write_text("my answers: 1. the mean")
     (out / "submitted" / "gone.ipynb").unlink()
     config = course_config.load(COURSE, {})
-    batch.Report(out, COURSE / "solutions" / ASSIGNMENT / NOTEBOOK, out, config, rows).draw(rows)
+    students = [(r.student_id, r.status) for r in rows]
+    batch.Report(out, COURSE / "solutions" / ASSIGNMENT / NOTEBOOK, out, config, students).draw(rows)
     return (out / "report.html").read_text(), html_text(out / "report.html")
 
 
@@ -289,7 +296,7 @@ def test_an_answer_copydetect_fails_on_is_left_out_and_named(monkeypatch, tmp_pa
     assert left_out == ["oscar"] and [p.students for p in found.pairs] == [("mallory", "trent")]
     (tmp_path / "submitted").mkdir()
     rows = [hand_in(tmp_path, s, {FIRST: a}) for s, a in answers.items()]
-    findings = similarity.find(rows, tmp_path / "submitted", COURSE / "solutions" / ASSIGNMENT / NOTEBOOK, Config())
+    findings = similarity.find([(r.student_id, r.status) for r in rows], tmp_path / "submitted", COURSE / "solutions" / ASSIGNMENT / NOTEBOOK, Config())
     assert findings.left_out == ["oscar"]
     from autograder.report import write_report
     write_report(tmp_path / "report.html", rows, COURSE / "solutions" / ASSIGNMENT / NOTEBOOK, findings)
@@ -313,8 +320,7 @@ def test_five_copies_of_one_answer_are_one_cluster_in_one_box(tmp_path):
     answers = {**copies, "own": "def mean(xs):\n    import statistics\n    return statistics.fmean(list(xs)) + 0.0\n"}
     found = similar_pairs(FIRST, answers, "", Similarity())
     assert len(found.pairs) == 10, [p.students for p in found.pairs]
-    rows = [{"student_id": s, "assignment": ASSIGNMENT, "notebook": NOTEBOOK, "status": "graded", "message": "",
-             "score": 6.0, "max_score": 6.0, "cells": {}} for s in answers]
+    rows = [graded_row(s) for s in answers]
     page = cluster_page(tmp_path, Findings(settings=Similarity(), exercises=[found]), rows)
     first = section(page, FIRST)
     assert first.count('<div class="pair"') == 1 and first.count('<pre class="answer">') == 2
@@ -332,8 +338,7 @@ def test_students_similar_through_another_are_one_cluster(tmp_path):
         return Pair(students=(a, b), score=score, similarities=(score, score), marked=(f"{a}'s", f"{b}'s"))
 
     found = Exercise(grade_id=FIRST, answers=5, pairs=[pair("d", "e", 0.95), pair("b", "c", 0.9), pair("a", "b", 0.85)])
-    rows = [{"student_id": s, "assignment": ASSIGNMENT, "notebook": NOTEBOOK, "status": "graded", "message": "",
-             "score": 6.0, "max_score": 6.0, "cells": {}} for s in "abcde"]
+    rows = [graded_row(s) for s in "abcde"]
     first = section(cluster_page(tmp_path, Findings(settings=Similarity(), exercises=[found]), rows), FIRST)
     clusters = re.findall(r'<div class="cluster".*?<div class="pair" data-score="([\d.]+)">.*?(?=<div class="cluster"|$)',
                           first, re.S)
