@@ -8,9 +8,9 @@ import os
 import sys
 from pathlib import Path
 
-from .batch import BatchFailed, Options, grade, merge
-from .lms import LMS, export
-from .remove import remove
+from .run.batch import BatchFailed, Options, grade, merge
+from .reports.lms import LMS, export
+from .run.remove import remove
 
 
 def settings(args) -> dict:

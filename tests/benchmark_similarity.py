@@ -19,8 +19,8 @@ from pathlib import Path
 import nbformat
 from traitlets.config import Config
 
-from autograder import similarity
-from autograder.similarity import find
+from autograder.reports import similarity
+from autograder.reports.similarity import find
 
 BUDGET_S = 60  # the target for 1,000 hand-ins x 4 exercises on a 2-core machine; reported, never asserted
 STUB = "    ### BEGIN SOLUTION\n    pass\n    ### END SOLUTION\n"

@@ -29,7 +29,7 @@ def pytest_runtest_setup(item):
     """Tests marked `sandbox` grade in bubblewrap sandboxes, those marked `postgres` use a PostgreSQL server: where
     one cannot start, skip, but fail in CI."""
     if item.get_closest_marker("sandbox"):
-        from autograder.kernel import sandbox_problem
+        from autograder.kernel.manager import sandbox_problem
         require("grading needs the sandbox", sandbox_problem())
     if item.get_closest_marker("postgres"):
         import postgres

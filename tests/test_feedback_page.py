@@ -12,10 +12,9 @@ import pytest
 from nbformat import NotebookNode
 from traitlets.config import Config
 
-from autograder.execute import FINDINGS
-from autograder.feedback import (ERROR_CHARS, NOT_ANSWERED, TIMED_OUT, TRACEBACK_LINES, UNKNOWN_MESSAGE, VISIBLE_RUN,
-                                 VISIBLE_UNKNOWN, ExerciseSummary, FoldLessons, HideHiddenTests, kept_error)
-from autograder.grade_one import answers_said
+from autograder.grading.execute import FINDINGS
+from autograder.grading.feedback import ERROR_CHARS, NOT_ANSWERED, TIMED_OUT, TRACEBACK_LINES, UNKNOWN_MESSAGE, VISIBLE_RUN, VISIBLE_UNKNOWN, ExerciseSummary, FoldLessons, HideHiddenTests, kept_error
+from autograder.grading.grade_one import answers_said
 from course import grading, read, source_path
 from handins import (ASSIGNMENT, FIRST, SECOND, grade, handin, hidden_lines, html_text, leaked, release, right,
                      right_answers, rows_of, scratch_course, source, write, write_folder)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder.execute import NOT_RUN
+from autograder.grading.execute import NOT_RUN
 from course import ROOT, nbgrader, read
 from handins import (ASSIGNMENT, CHILDREN, FIRST, MEMORY_HOG, NOISY, NOTEBOOK, OTHER, SECOND, STUBBORN_LOOP, WIDGETS,
                      colab, exercise_points, grade, handin, hidden_lines, html_text, leaked, release, replace_cell,
@@ -171,7 +171,7 @@ def test_no_process_is_left_running(graded):
 
 
 def test_every_kernel_was_forked_from_its_slots_warm_parent(graded):
-    """Each hand-in that ran got a kernel forked from its slot's warm parent, none started afresh (autograder/warm.py)."""
+    """Each hand-in that ran got a kernel forked from its slot's warm parent, none started afresh (autograder/kernel/warm.py)."""
     _, _, out, rows, stderr = graded
     ran = [s for s, r in rows.items() if r["status"] not in ("invalid", "missing")]
     logs = {s: (out / "logs" / f"{s}.log").read_text() for s in ran}

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder import distributed as on_dask
+from autograder.run import on_dask as on_dask
 from autograder.results import GRADER_FAILED, Job, Result, read_result
 from course import ROOT
 from handins import (ASSIGNMENT, FIRST, NOTEBOOK, SECOND, grade, handin, private_env, right, right_answers, rows_of,
@@ -184,7 +184,7 @@ def test_a_worker_killed_mid_batch_loses_no_row(tmp_path, cluster):
 
 def test_no_dask_without_scheduler(tmp_path):
     """Importing the grader, and its --help, import nothing of Dask (a grading without --scheduler is checked above)."""
-    check = "import autograder.batch, autograder.__main__, sys; " \
+    check = "import autograder.run.batch, autograder.__main__, sys; " \
             "assert not [m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')]"
     imported = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True)
     assert imported.returncode == 0, imported.stderr

@@ -1,4 +1,4 @@
-"""Limits the operating system counts (autograder/limits.py, sandbox.py, warm.py) and the kernel's own output on its way
+"""Limits the operating system counts (autograder/kernel/limits.py, sandbox.py, warm.py) and the kernel's own output on its way
 to the log (autograder/relay.py): hostile hand-ins graded beside right ones, on both kernel paths (forked from a warm
 parent, started afresh); and the cgroup module against fake cgroup trees (v1, v2 as root, v2 delegated), since one
 machine shows one layout at most."""
@@ -16,9 +16,9 @@ import nbformat
 import pytest
 from traitlets.config import Config
 
-from autograder import kernel, limits, sandbox
-from autograder.kernel import SandboxedKernelManager
-from autograder.relay import PREFIX, Relay, visible
+from autograder.kernel import manager as kernel, limits, sandbox
+from autograder.kernel.manager import SandboxedKernelManager
+from autograder.kernel.relay import PREFIX, Relay, visible
 from course import ROOT
 from handins import ASSIGNMENT, FIRST, grade, handin, right, right_answers, rows_of, scratch_course, write, write_folder
 
@@ -461,7 +461,7 @@ def test_a_plain_sandbox_keeps_its_limits_and_forbids_user_namespaces():
     try:
         for folder in folders:
             shutil.chown(folder, "nobody")
-        command = ["runuser", "-u", "nobody", "--", "/usr/bin/python3", str(ROOT / "autograder" / "sandbox.py"),
+        command = ["runuser", "-u", "nobody", "--", "/usr/bin/python3", str(ROOT / "autograder" / "kernel" / "sandbox.py"),
                    f"--runtime={folders[0]}", "--plain", "--processes=20", "--scratch=1048576", "--",
                    "/usr/bin/python3", "-c", code]
         done = subprocess.run(command, capture_output=True, text=True, cwd=folders[1], timeout=120)

@@ -21,14 +21,16 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 from traitlets.config import Config
 
-from autograder import batch, collect, feedback, integrity, layout, lessons, results
+from autograder.run import batch, collect
+from autograder.grading import feedback, lessons
+from autograder import integrity, layout, results
 from autograder import config as course_config
-from autograder.kernel import SandboxUnavailable, SandboxedKernelManager, require_sandbox
+from autograder.kernel.manager import SandboxUnavailable, SandboxedKernelManager, require_sandbox
 from course import ROOT
 from handins import grade, handin, private_env, right, rows_of, scratch_course, write, write_folder
 import hostile
 
-SANDBOX = ROOT / "autograder" / "sandbox.py"
+SANDBOX = ROOT / "autograder" / "kernel" / "sandbox.py"
 PROBE = """import json, os, socket, sys
 found = {"uid": os.getuid(), "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
          "top": sorted(os.listdir("/")), "cwd": os.getcwd(), "env": sorted(os.environ),
@@ -354,7 +356,7 @@ def test_a_configuration_that_would_leak_run_unguarded_or_show_script_is_refused
     batch.check_configuration(shipped)
     with pytest.raises(SystemExit, match="GuardedExecute"):
         batch.check_configuration(Config({"Autograde": {"autograde_preprocessors": ["nbgrader.preprocessors.Execute"]},
-                                          "GenerateFeedback": {"preprocessors": ["autograder.feedback.HideHiddenTests"]}}))
+                                          "GenerateFeedback": {"preprocessors": ["autograder.grading.feedback.HideHiddenTests"]}}))
     unsanitised = copy.deepcopy(shipped)
     unsanitised.HTMLExporter.sanitize_html = False
     with pytest.raises(SystemExit, match="sanitise"):
@@ -519,8 +521,8 @@ def test_a_warm_kernels_processes_are_all_gone_before_the_slots_next_kernel_is_f
     gone, since they count against the limit of the next kernel forked there, which then forks as many; and they all
     go. ipywidgets, imported by the parent before any kernel existed, has its comm targets in each kernel (as a kernel
     that imports it itself has)."""
-    from autograder import processes
-    from autograder.kernel import WarmParents
+    from autograder.kernel.manager import processes
+    from autograder.kernel.manager import WarmParents
     config = Config({"SandboxedKernelManager": {"warm_modules": ["ipywidgets"], "processes": 128}})
     pool = WarmParents(1, config).ready()
     try:
@@ -551,7 +553,7 @@ def test_a_fork_bomb_in_one_slot_leaves_the_other_slots_kernel_its_whole_process
     """Each slot's warm parent has a user namespace of its own, where the process limit counts its kernels' processes
     only: a kernel at its limit leaves a kernel graded beside it, in another slot, as many. (With one parent for both
     slots the second kernel could not even start: "Kernel died before replying to kernel_info".)"""
-    from autograder.kernel import WarmParents
+    from autograder.kernel.manager import WarmParents
     config = Config({"SandboxedKernelManager": {"warm_modules": [], "processes": 128}})
     pool = WarmParents(2, config).ready()
     kernels = []
@@ -573,8 +575,9 @@ def test_a_grading_stopped_at_its_deadline_leaves_the_batchs_own_processes_runni
     is told to spare (the report's, which works beside the gradings) keep running."""
     import multiprocessing
     import time
-    from autograder import processes, supervisor
-    from autograder.kernel import WarmParents
+    from autograder.kernel.manager import processes
+    from autograder.run import supervisor
+    from autograder.kernel.manager import WarmParents
     from autograder.results import Job
     parents = WarmParents(1, Config({"SandboxedKernelManager": {"fork_warm": False}}))
     bystander = processes.fork(time.sleep, 600)
@@ -600,7 +603,7 @@ def test_the_feedback_page_is_nbconverts_without_its_rewrite():
     from bs4 import BeautifulSoup
     from nbconvert import HTMLExporter
     from nbgrader.converters import GenerateFeedback
-    from autograder.feedback import PAGE_POLICY, FeedbackPage
+    from autograder.grading.feedback import PAGE_POLICY, FeedbackPage
     nb = new_notebook(cells=[nbformat.v4.new_markdown_cell('# A *title*\n<img src="a.png"> and <IMG alt="kept" src="b.png">'),
                              new_code_cell("plot()", outputs=[nbformat.v4.new_output("display_data", data={"image/png": "iVBORw0KGgo="})]),
                              new_code_cell("x = 1\nprint(x)", outputs=[nbformat.v4.new_output("stream", text="1\n")])])
@@ -619,7 +622,7 @@ def test_the_feedback_page_is_nbconverts_without_its_rewrite():
 def test_the_feedback_pages_kept_markdown_is_each_cells_own():
     """FeedbackPage keeps a markdown cell's HTML by its source (a lesson's cells are alike in every hand-in), but a
     cell with the same text and another attachment, or a page made with other settings, gets its own."""
-    from autograder.feedback import FeedbackPage
+    from autograder.grading.feedback import FeedbackPage
     text = "# Heading\n\n![figure](attachment:a.png) same words"
     data = ("QUFBQQ==", "QkJCQg==")
     resources = {"nbgrader": {"notebook": "n", "score": 0, "max_score": 0, "late_penalty": 0}}
@@ -639,7 +642,7 @@ def test_launchs_fork_server_and_resource_tracker_are_not_counted_as_left_by_the
     tracker) lives as long as the kernel: a row must not say every notebook that launched left processes running."""
     import multiprocessing
     import psutil
-    from autograder import processes
+    from autograder.kernel.manager import processes
     context = multiprocessing.get_context("forkserver")
     rank = context.Process(target=os.getpid)  # the first one starts the server and the tracker
     rank.start()
@@ -740,7 +743,7 @@ def test_a_zip_stops_only_when_the_disk_would_fill(tmp_path, monkeypatch):
 
 def test_a_lost_cell_is_named_by_how_it_was_lost():
     """A kernel that died is never reported as a cell past its time limit, nor the other way round."""
-    from autograder.grade_one import lost_kernel_reason
+    from autograder.grading.grade_one import lost_kernel_reason
     assert lost_kernel_reason("timeout", None).startswith("kept running after the time limit")
     assert lost_kernel_reason("died", None) == "made the kernel die"
     assert lost_kernel_reason("died", 128 + 9) == "made the kernel die by being killed (most often: out of memory)"
@@ -751,7 +754,7 @@ def test_a_cells_output_may_arrive_as_long_as_the_cell_may_run():
     """nbclient waits 4 s for a cell's output after its reply, and nbgrader fails the cell past that: under load a
     right answer that printed 200 MiB lost its points so (tests/test_grader_boundary.py's `loud`). The grader waits as
     long as the cell may run."""
-    from autograder.execute import GuardedExecute
+    from autograder.grading.execute import GuardedExecute
     config = course_config.load(ROOT, {})
     assert GuardedExecute(config=config).iopub_timeout == config.Execute.timeout == 120
 
@@ -761,7 +764,7 @@ def test_a_forked_kernels_fork_server_is_not_counted_as_left_running():
     """In a kernel forked from a warm parent (06's lesson starts ranks from a fork server on the CPU too), the fork
     server and its resource tracker are torchcourse.launch's, not processes the notebook left: a process the notebook
     started is counted, they are not."""
-    from autograder.kernel import WarmParents
+    from autograder.kernel.manager import WarmParents
     config = Config()
     pool = WarmParents(1, config).ready()
     try:

@@ -16,7 +16,7 @@ from functools import lru_cache
 import pytest
 
 import shipped
-from autograder.lessons import names
+from autograder.grading.lessons import names
 from course import (answer_ids, assignments, grading, read, release_path, solution_answers, source_path,
                     graded_cells_of, with_answers, wrong_answers)
 from torchcourse.format import SKIP_TAG, test_cells as exercise_tests  # not test*: pytest collects it

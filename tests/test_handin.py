@@ -1,4 +1,4 @@
-"""A hand-in read as source text alone (autograder/handin.py): examples of each rule, then thousands of generated
+"""A hand-in read as source text alone (autograder/grading/handin.py): examples of each rule, then thousands of generated
 mutants of right hand-ins (Hypothesis): each is built into a notebook nbgrader's own steps accept, or refused with a
 message, and nothing else ever happens.
 """
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from nbformat import NotebookNode
 from nbgrader.preprocessors import CheckCellMetadata, ClearOutput, DeduplicateIds, OverwriteCells, OverwriteKernelspec
 
-from autograder import handin
+from autograder.grading import handin
 from course import read, release_path, source_path
 from handins import ASSIGNMENT, FIRST, SECOND, colab, handin as student_version, release, right, right_answers, source
 from handins import assignment_gradebook, write

@@ -14,8 +14,8 @@ import pytest
 from nbgrader.api import Gradebook
 from nbgrader.utils import parse_utc
 
-from autograder.collect import collect
-from autograder.collect import CANVAS_PATTERN, MOODLE_PATTERN
+from autograder.run.collect import collect
+from autograder.run.collect import CANVAS_PATTERN, MOODLE_PATTERN
 from course import ROOT, nbgrader
 from handins import ASSIGNMENT, FIRST, NOTEBOOK, grade, right, scratch_course, write
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder import collect
-from autograder.batch import price_marked_late
-from autograder.remove import chosen
+from autograder.run import collect
+from autograder.run.batch import price_marked_late
+from autograder.run.remove import chosen
 
 NOTEBOOK = "02_autograd.ipynb"
 TEXT = json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})

@@ -1,4 +1,4 @@
-"""A long cell shows its time: the batch's progress while hand-ins run (autograder/progress.py), and the test cells a
+"""A long cell shows its time: the batch's progress while hand-ins run (autograder/run/progress.py), and the test cells a
 time-out spares (execute.py's choice of cells, grade_one.problems_in's sentence). No grading: see
 tests/test_grader_batch.py for a graded class with an endless loop."""
 
@@ -7,10 +7,11 @@ import re
 
 import nbformat
 
-from autograder.execute import SKIPPED, later_tests_of_its_exercise
-from autograder.grade_one import problems_in
-from autograder import progress as progress_module
-from autograder.progress import Progress
+from autograder.grading.execute import SKIPPED, later_tests_of_its_exercise
+from autograder.grading.grade_one import problems_in
+from autograder.run import progress as progress_module
+from autograder.run.progress import Progress
+from autograder.results import Result
 from handins import ASSIGNMENT, COURSE, FIRST, NOTEBOOK, SECOND
 
 SOURCE = COURSE / "solutions" / ASSIGNMENT / NOTEBOOK
@@ -20,6 +21,10 @@ class Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
 
+
+
+def graded(student: str) -> Result:
+    return Result(student_id=student, assignment="a", notebook="a.ipynb", status="graded", message="")
 
 def test_a_log_gets_a_still_grading_line_at_its_interval_naming_the_slowest(monkeypatch):
     """Not on a terminal: while hand-ins run, a line every `every` seconds names the slowest ones and their time."""
@@ -35,7 +40,7 @@ def test_a_log_gets_a_still_grading_line_at_its_interval_naming_the_slowest(monk
     progress.tick(running)
     progress.tick(running)  # at once again: no second line
     assert log.getvalue() == "still grading: carol 3:00, dave 1:31, alice 0:35 and 1 more  (0/6 done)\n"
-    progress.update({"student_id": "alice", "status": "graded"})
+    progress.update(graded("alice"))
     assert re.search(r"1/6  graded 1  ETA \d+:\d\d  \(alice\)\n$", log.getvalue())
 
 
@@ -44,7 +49,7 @@ def test_a_terminal_line_shows_the_slowest_hand_in_running_and_its_time(monkeypa
     monkeypatch.setattr(progress_module, "monotonic", lambda: 1000.0)
     screen = Terminal()
     progress = Progress(6, stream=screen)
-    progress.update({"student_id": "bob", "status": "graded"})
+    progress.update(graded("bob"))
     progress.tick({"carol": 1000.0 - 210, "dave": 1000.0 - 3})
     last = screen.getvalue().split("\r")[-1]
     assert "1/6" in last and "graded 1" in last and "slowest running: carol 3:30" in last, repr(last)

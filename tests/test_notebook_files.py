@@ -11,7 +11,7 @@ from nbclient import NotebookClient
 
 from course import (HIDDEN, ROOT, SETUP_CELLS, answer_ids, assignments, grading, read, release_path, source_path,
                     graded_cells_of, wrong_answers)
-from autograder.lessons import names, skippable, tagged
+from autograder.grading.lessons import names, skippable, tagged
 from torchcourse.format import SKIP_TAG
 
 # A graded test cell opens with a one-line docstring; a hidden-test cell's ends with ';', since its released cell is

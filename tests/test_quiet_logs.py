@@ -8,8 +8,8 @@ import pytest
 from nbconvert.exporters import HTMLExporter
 from nbgrader.preprocessors import NbGraderPreprocessor, OverwriteCells
 
-from autograder import handin
-from autograder.step import Step
+from autograder.grading import handin
+from autograder.grading.step import Step
 from handins import ASSIGNMENT, assignment_gradebook, grade, release, right, scratch_course, source, write, write_folder
 from torchcourse.format import HIDDEN, grading
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autograder.report import write_report
+from autograder.reports.report import write_report
 from autograder.results import Result
-from autograder.similarity import Exercise, Findings, Pair, Similarity, marked
+from autograder.reports.similarity import Exercise, Findings, Pair, Similarity, marked
 from handins import ASSIGNMENT, COURSE, FIRST, NOTEBOOK, SECOND, html_text
 
 SOURCE = COURSE / "solutions" / ASSIGNMENT / NOTEBOOK

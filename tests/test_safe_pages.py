@@ -12,8 +12,8 @@ from nbgrader.converters import GenerateFeedback
 
 import payloads
 from autograder.config import load
-from autograder.feedback import ExerciseSummary
-from autograder.report import write_report
+from autograder.grading.feedback import ExerciseSummary
+from autograder.reports.report import write_report
 from course import ROOT, assignments, read, source_path
 from handins import ASSIGNMENT, COURSE, FIRST, NOTEBOOK, source
 

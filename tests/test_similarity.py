@@ -1,4 +1,4 @@
-"""Similar answers across a class (autograder/similarity.py) and their section of report.html: answer texts compared
+"""Similar answers across a class (autograder/reports/similarity.py) and their section of report.html: answer texts compared
 directly, no grading; the batch's report step on hand-ins laid out as a graded class leaves them."""
 
 import io
@@ -13,9 +13,10 @@ from keyword import iskeyword
 import pytest
 from traitlets.config import Config
 
-from autograder import batch, config as course_config
+from autograder.run import batch
+from autograder import config as course_config
 from autograder.results import Result
-from autograder.similarity import Similarity, similar_pairs
+from autograder.reports.similarity import Similarity, similar_pairs
 from course import assignments, read, release_path, solution_answers, wrong_answers
 from handins import ASSIGNMENT, COURSE, FIRST, NOTEBOOK, SECOND, html_text, right, write
 from torchcourse.format import answer_cells, grading
@@ -285,7 +286,7 @@ def test_a_similarity_setting_out_of_range_is_refused_before_grading(tmp_path):
 def test_an_answer_copydetect_fails_on_is_left_out_and_named(monkeypatch, tmp_path):
     """One hand-in's part of the comparison fails (here copydetect, on one answer): the others are compared without
     it, and the report names whose answers were left out."""
-    from autograder import similarity
+    from autograder.reports import similarity
 
     real = similarity.fingerprint
     monkeypatch.setattr(similarity, "fingerprint", lambda text, noise: real(text, noise) if "BREAKS" not in text
@@ -298,13 +299,13 @@ def test_an_answer_copydetect_fails_on_is_left_out_and_named(monkeypatch, tmp_pa
     rows = [hand_in(tmp_path, s, {FIRST: a}) for s, a in answers.items()]
     findings = similarity.find([(r.student_id, r.status) for r in rows], tmp_path / "submitted", COURSE / "solutions" / ASSIGNMENT / NOTEBOOK, Config())
     assert findings.left_out == ["oscar"]
-    from autograder.report import write_report
+    from autograder.reports.report import write_report
     write_report(tmp_path / "report.html", rows, COURSE / "solutions" / ASSIGNMENT / NOTEBOOK, findings)
     assert "Not compared: the notebook of oscar" in html_text(tmp_path / "report.html")
 
 
 def cluster_page(tmp_path, findings, rows) -> str:
-    from autograder.report import write_report
+    from autograder.reports.report import write_report
     write_report(tmp_path / "report.html", rows, COURSE / "solutions" / ASSIGNMENT / NOTEBOOK, findings)
     return (tmp_path / "report.html").read_text()
 
@@ -312,7 +313,7 @@ def cluster_page(tmp_path, findings, rows) -> str:
 def test_five_copies_of_one_answer_are_one_cluster_in_one_box(tmp_path):
     """Five answers renamed from one (ten pairs) are one cluster: its students named once, its closest pair side by
     side, the nine other pairs listed with their similarity; an answer of one's own is in none."""
-    from autograder.similarity import Findings
+    from autograder.reports.similarity import Findings
 
     names = [("total", "count", "x"), ("s", "n", "v"), ("acc", "k", "item"), ("t", "c", "e"), ("summed", "seen", "y")]
     copies = {f"copy{i}": MEAN.replace("total", a).replace("count", b).replace("for x in", f"for {c} in")
@@ -332,7 +333,7 @@ def test_five_copies_of_one_answer_are_one_cluster_in_one_box(tmp_path):
 def test_students_similar_through_another_are_one_cluster(tmp_path):
     """a~b and b~c make one cluster of three (a and c need not be alike), d~e another; the closest cluster first,
     and in each the closest pair is the one shown side by side."""
-    from autograder.similarity import Exercise, Findings, Pair
+    from autograder.reports.similarity import Exercise, Findings, Pair
 
     def pair(a, b, score):
         return Pair(students=(a, b), score=score, similarities=(score, score), marked=(f"{a}'s", f"{b}'s"))

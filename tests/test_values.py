@@ -6,7 +6,7 @@ import ast
 import pytest
 import torch
 
-from autograder.judge import as_graded, verdict
+from autograder.grading.judge import as_graded, verdict
 from torchcourse.testing import Raised, expect, outcome
 from torchcourse.values import judge, plain
 
@@ -150,7 +150,7 @@ def test_a_cells_values_leave_in_one_message_when_it_ends():
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
 
-    from autograder.judge import sent
+    from autograder.grading.judge import sent
     from torchcourse.values import MIME
     shell = InteractiveShell.instance()
     try:

@@ -23,18 +23,21 @@ from nbgrader.utils import parse_utc
 from sqlalchemy.engine import make_url
 from traitlets.config import Config
 
-from . import config as course_config, execute, gradebook, grade_one, handin, layout, limits, processes, similarity
+from .. import config as course_config, gradebook, layout
+from ..grading import execute, grade_one, handin
+from ..kernel import limits, processes
+from ..reports import similarity
 from .collect import Submission, collect, from_course, layout_of
-from .config import enter, resolve
-from .kernel import SandboxUnavailable, require_sandbox
-from .notebook import nbgrader_ids
-from .layout import LOCK, OUTPUTS, REPORT, SOLUTION_LOG, TABLE, default_out, exclusive, output, replace_file
-from .processes import in_child
+from ..config import enter, resolve
+from ..kernel.manager import SandboxUnavailable, require_sandbox
+from ..grading.notebook import nbgrader_ids
+from ..layout import LOCK, OUTPUTS, REPORT, SOLUTION_LOG, TABLE, default_out, exclusive, output, replace_file
+from ..kernel.processes import in_child
 from .progress import Progress
-from .report import write_report
-from .results import STATUSES, Job, Result, formgraders_mean, not_graded, read_result, write_result, write_table
+from ..reports.report import write_report
+from ..results import STATUSES, Job, Result, formgraders_mean, not_graded, read_result, write_result, write_table
 from . import supervisor
-from .kernel import WarmParents
+from ..kernel.manager import WarmParents
 from .supervisor import BatchFailed
 
 
@@ -68,14 +71,14 @@ def check_configuration(config: Config) -> None:
     steps = [str(s) for s in config.Autograde.get("autograde_preprocessors", [])]
     feedback = [str(s) for s in config.GenerateFeedback.get("preprocessors", [])]
     if not any(s.endswith("GuardedExecute") for s in steps) or not any(s.endswith("HideHiddenTests") for s in feedback):
-        raise SystemExit("nbgrader_config.py must run autograder.execute.GuardedExecute in Autograde.autograde_"
-                         "preprocessors and autograder.feedback.HideHiddenTests in GenerateFeedback.preprocessors "
+        raise SystemExit("nbgrader_config.py must run autograder.grading.execute.GuardedExecute in Autograde.autograde_"
+                         "preprocessors and autograder.grading.feedback.HideHiddenTests in GenerateFeedback.preprocessors "
                          "(see this course's nbgrader_config.py)")
     filters = config.HTMLExporter.get("filters", {})
     if not config.HTMLExporter.get("sanitize_html") or not str(filters.get("markdown2html", "")).endswith(
             "SanitisedMarkdown"):
         raise SystemExit("nbgrader_config.py must sanitise what pages show of a hand-in: c.HTMLExporter.sanitize_html "
-                         "= True and autograder.feedback.SanitisedMarkdown as its markdown2html filter (see this "
+                         "= True and autograder.grading.feedback.SanitisedMarkdown as its markdown2html filter (see this "
                          "course's nbgrader_config.py)")
     if not config.SandboxedKernelManager.get("unfenced", False):
         try:
@@ -251,7 +254,7 @@ def grade_class(options, config, cd, assignment, source, out) -> list[Result]:
         deadline, progress = 10 * timeout + 120, Progress(max(1, len(todo)), every=min(30, timeout or 30))
         try:
             if options.scheduler and todo:  # Dask is imported only here: without --scheduler the grader never needs it
-                from .distributed import OnDask
+                from .on_dask import OnDask
                 on_dask = OnDask(options.scheduler, template, deadline)
                 try:
                     supervisor.run(on_dask, todo, progress)

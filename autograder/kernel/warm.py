@@ -1,8 +1,8 @@
 """A warm kernel: a sandboxed parent that has imported what every kernel imports, forking a fresh kernel per hand-in;
 and the launcher of a kernel started afresh, which readies its sandbox as a forked kernel's is readied.
 
-    python autograder/warm.py LIMITS SOCKET [MODULE]...     (started by sandbox.py --warm, in its bubblewrap sandbox)
-    python autograder/warm.py --launch LIMITS -- KERNEL...   (started by sandbox.py, in its bubblewrap sandbox)
+    python autograder/kernel/warm.py LIMITS SOCKET [MODULE]...     (started by sandbox.py --warm, in its bubblewrap sandbox)
+    python autograder/kernel/warm.py --launch LIMITS -- KERNEL...   (started by sandbox.py, in its bubblewrap sandbox)
 
 LIMITS: JSON, the sandbox's limits (memory, processes, scratch: bytes of each private folder and of a file, inodes:
 files and folders in each private folder, home, capable: whether this process holds the capabilities of the sandbox's

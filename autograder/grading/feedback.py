@@ -37,8 +37,7 @@ from traitlets.config import LoggingConfigurable
 
 from torchcourse.format import HIDDEN, answer_cells, grading, test_cells  # HIDDEN: the one definition of the markers
 
-from .notebook import (FINDINGS, NOT_ANSWERED, PAGE_POLICY, TIMED_OUT, VISIBLE_RUN, error_output, exercise_name,
-                       first_failure, is_test, unanswered)
+from .notebook import FINDINGS, NOT_ANSWERED, PAGE_POLICY, TIMED_OUT, VISIBLE_RUN, error_output, exercise_name, first_failure, is_test, unanswered
 from .step import Step
 
 NOTICE = "# Hidden tests ran here when your notebook was graded; their code is not shown.\n"

@@ -36,10 +36,10 @@ from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.coursedir import CourseDirectory
 from sqlalchemy.engine import make_url
 
-from . import config as course_config, gradebook
-from .config import enter, resolve
-from .layout import default_out
-from .results import spreadsheet_safe
+from .. import config as course_config, gradebook
+from ..config import enter, resolve
+from ..layout import default_out
+from ..results import spreadsheet_safe
 
 LMS = ("canvas", "moodle")
 CANVAS_STUDENT_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]

@@ -39,8 +39,8 @@ from traitlets.config import Config
 
 from torchcourse.format import answer_cells, grading
 
-from . import handin
-from .config import Similarity
+from ..grading import handin
+from ..config import Similarity
 
 MAX_CHARS = 20_000  # an answer is compared on its first 20,000 characters: a class's answers are tens of lines
 # A pair goes to compare_files when the fingerprints it shares, counted through the index, are at least this fraction

@@ -12,10 +12,10 @@ from pathlib import Path
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.coursedir import CourseDirectory
 
-from . import config as course_config, gradebook
-from .config import enter, resolve
-from .layout import LOCK, OUTPUTS, TABLE, default_out, exclusive, output
-from .results import read_result, shown_id
+from .. import config as course_config, gradebook
+from ..config import enter, resolve
+from ..layout import LOCK, OUTPUTS, TABLE, default_out, exclusive, output
+from ..results import read_result, shown_id
 
 
 @dataclass(kw_only=True)

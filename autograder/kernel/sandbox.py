@@ -1,9 +1,9 @@
 """Start a student's kernel in a bubblewrap sandbox, or say why it cannot start.
 
-    python autograder/sandbox.py --runtime DIR [--read-only DIR]... [--memory BYTES] [--processes N]
+    python autograder/kernel/sandbox.py --runtime DIR [--read-only DIR]... [--memory BYTES] [--processes N]
         [--scratch BYTES] [--inodes N] [--cgroup DIR]... [--env NAME=VALUE]... [--plain] [--unfenced]
         -- KERNEL COMMAND...
-    python autograder/sandbox.py --check [--bwrap PATH]
+    python autograder/kernel/sandbox.py --check [--bwrap PATH]
 
 Inside, the kernel sees the machine's programs and libraries (/usr), the --read-only folders (the Python environment,
 the course's data), its runtime folder (connection file and ipc sockets) and a private, empty home with its working

@@ -39,8 +39,8 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
-from .layout import RETURNED, output, replace_file
-from .results import GRADER_FAILED, Job, read_result, settle, write_result
+from ..layout import RETURNED, output, replace_file
+from ..results import GRADER_FAILED, Job, read_result, settle, write_result
 
 CONNECT_TIMEOUT = 30  # seconds to reach the scheduler, and then to see a first worker
 POLL = 1.0  # seconds between a worker's looks at its grading (and at the batch's stop signal)
@@ -319,7 +319,7 @@ def fork_server() -> Path:
         # (108 bytes at most)
         folder = Path(tempfile.mkdtemp(prefix="autograder-forks-", dir=None if len(tempfile.gettempdir()) < 60 else "/tmp"))
         path = folder / "socket"
-        process = subprocess.Popen([sys.executable, "-m", "autograder.fork_server", str(path)],
+        process = subprocess.Popen([sys.executable, "-m", "autograder.run.fork_server", str(path)],
                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
         process.stdout.readline()  # "ready": listening, the grader imported
         SERVER[:] = [process, path]

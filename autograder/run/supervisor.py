@@ -11,10 +11,10 @@ from collections import deque
 from dataclasses import replace
 from typing import Callable, Protocol
 
-from . import processes
-from .kernel import WarmParents
-from .layout import output
-from .results import GRADER_FAILED, Job, last_line, read_result, settle
+from ..kernel import processes
+from ..kernel.manager import WarmParents
+from ..layout import output
+from ..results import GRADER_FAILED, Job, last_line, read_result, settle
 
 Grade = Callable[[Job], None]  # one hand-in's grading, run in a forked process (grade_one.run)
 

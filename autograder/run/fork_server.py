@@ -14,9 +14,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from . import grade_one, processes, supervisor
-from .kernel import WarmParents
-from .results import Job
+from ..grading import grade_one
+from ..kernel import processes
+from . import supervisor
+from ..kernel.manager import WarmParents
+from ..results import Job
 
 POLL = 1.0  # seconds between a supervisor's looks at its grading and at the connection (closed: stop it)
 

@@ -11,8 +11,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .handin import MAX_BYTES
-from .layout import SECRET_FILE, TIMESTAMP_FILE
+from ..grading.handin import MAX_BYTES
+from ..layout import SECRET_FILE, TIMESTAMP_FILE
 
 SPARE_BYTES = 256 << 20  # what unpacking a zip leaves free on the disk at least, for the grading itself
 MAX_NOTE_BYTES = 1024  # a timestamp.txt or submission_secret.txt is a line; more is not read

@@ -16,8 +16,8 @@ import nbformat
 
 from torchcourse.format import answer_cells, grading, test_cells
 
-from .notebook import NOT_ANSWERED, PAGE_POLICY, SKIPPED, TIMED_OUT, exercise_name, unanswered
-from .results import STATUSES, formgraders_mean, full_name, shown_id
+from ..grading.notebook import NOT_ANSWERED, PAGE_POLICY, SKIPPED, TIMED_OUT, exercise_name, unanswered
+from ..results import STATUSES, formgraders_mean, full_name, shown_id
 from .similarity import clusters
 
 TOP_FAILURES = 5  # failure messages listed per exercise

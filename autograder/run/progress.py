@@ -11,7 +11,7 @@ from time import monotonic
 
 from tqdm import tqdm
 
-from .results import STATUSES, Result
+from ..results import STATUSES, Result
 
 RUNNING_SHOWN = 3  # hand-ins named in a "still grading" line, slowest first (the rest are counted)
 

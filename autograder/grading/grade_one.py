@@ -29,18 +29,19 @@ from traitlets.config import Config
 
 from torchcourse.format import HIDDEN, answer_cells, test_cells
 
-from . import handin, layout, notebook, processes
-from .feedback import (ERROR_NAMES, TIMED_OUT, VISIBLE_RUN, HideHiddenTests, kept_error, message_templates, shown, stopped,
-                       wants_visible_run)
-from .integrity import parsed
+from . import handin, notebook
+from .. import layout
+from ..kernel import processes
+from .feedback import ERROR_NAMES, TIMED_OUT, VISIBLE_RUN, HideHiddenTests, kept_error, message_templates, shown, stopped, wants_visible_run
+from ..integrity import parsed
 from .judge import as_graded
-from .kernel import UNFENCED_WARNING
+from ..kernel.manager import UNFENCED_WARNING
 from .lessons import skippable
-from .nbgrader_patches import schema_checked_once, share_engines, forget_engines
+from ..nbgrader_patches import schema_checked_once, share_engines, forget_engines
 from .notebook import FINDINGS, SKIPPED, Grading, is_test
-from .relay import visible
-from .layout import in_scratch, output, replace_file, scratch_gradebook, write_exchange_files
-from .results import GRADER_FAILED, Job, Result, not_graded, write_result
+from ..kernel.relay import visible
+from ..layout import in_scratch, output, replace_file, scratch_gradebook, write_exchange_files
+from ..results import GRADER_FAILED, Job, Result, not_graded, write_result
 
 ATTEMPTS = 4  # a notebook that kills its kernel is graded again without the cell that did, this many times at most
 FREE_BYTES = 16 << 20  # less free disk than this where a grading writes is a full disk
