@@ -55,6 +55,12 @@ def exists(cd: CourseDirectory) -> bool:
     return url.get_backend_name() != "sqlite" or not url.database or (Path(cd.root) / url.database).exists()
 
 
+def exported_score(submission) -> float:
+    """A submission's score as `nbgrader export` gives it (CsvExportPlugin): a score entered by hand wins (nbgrader's
+    own `score`), the late penalty taken off, never below 0. tests/test_lms_export.py compares it with nbgrader's."""
+    return max(0.0, submission.score - submission.late_submission_penalty)
+
+
 def generate_assignment(config: Config, assignment: str, root: Path | None, db_url: str, release: Path) -> None:
     """nbgrader's generate_assignment: the student version into `release`, the tests into the gradebook at db_url."""
     config = Config(config)

@@ -14,8 +14,7 @@ import pytest
 from nbgrader.api import Gradebook
 from nbgrader.utils import parse_utc
 
-from autograder.run.collect import collect
-from autograder.run.collect import CANVAS_PATTERN, MOODLE_PATTERN
+from autograder.run.collect import CANVAS_PATTERN, MOODLE_PATTERN, collect
 from course import ROOT, nbgrader
 from handins import ASSIGNMENT, FIRST, NOTEBOOK, grade, right, scratch_course, write
 
@@ -103,6 +102,11 @@ def test_canvas_file_has_canvas_import_layout_and_nbgrader_export_scores(graded,
     assert names["103"] == f"'{HOSTILE_LAST}, {HOSTILE_FIRST}" and names["105"] == "Absent, Eve"
     titled = export(course, "canvas", tmp_path / "titled.csv", "--title", "Basics (4567)")
     assert titled[0][-1] == "Basics (4567)" and titled[2:] == rows[2:]
+    # the same file from nbgrader's own command, with the grader's export plugin
+    nbgrader("export", "--exporter=autograder.reports.lms.CanvasExport", f"--assignment=['{ASSIGNMENT}']",
+             f"--to={tmp_path / 'by_nbgrader.csv'}", cwd=course)
+    with open(tmp_path / "by_nbgrader.csv", newline="") as f:
+        assert list(csv.reader(f)) == rows
 
 
 @pytest.mark.sandbox

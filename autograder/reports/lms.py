@@ -1,4 +1,7 @@
-"""Grades out to an LMS: the CSV file that Canvas's or Moodle's gradebook import takes, from the course's gradebook.
+"""Grades out to an LMS: the CSV file that Canvas's or Moodle's gradebook import takes, from the course's gradebook,
+written by nbgrader export plugins (`CanvasExport`, `MoodleExport`): `python -m autograder export ASSIGNMENT --lms
+canvas`, or nbgrader's own command, `nbgrader export --exporter=autograder.reports.lms.CanvasExport
+--assignment=[02_autograd] --to=canvas.csv`.
 
 The scores are `nbgrader export`'s (nbgrader/plugins/export.py, CsvExportPlugin): every student in the gradebook, with
 their submission's score (a score entered by hand wins over the autograder's) less its late penalty, never below 0;
@@ -34,14 +37,15 @@ from pathlib import Path
 
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.coursedir import CourseDirectory
+from nbgrader.plugins import ExportPlugin
 from sqlalchemy.engine import make_url
+from traitlets import Unicode
 
 from .. import config as course_config, gradebook
 from ..config import enter, resolve
 from ..layout import default_out
 from ..results import spreadsheet_safe
 
-LMS = ("canvas", "moodle")
 CANVAS_STUDENT_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 MOODLE_COLUMNS = ["Identifier", "Full name", "Email address", "Status", "Grade", "Maximum Grade",
                   "Grade can be changed", "Last modified (submission)", "Last modified (grade)"]
@@ -61,32 +65,29 @@ class Grade:
     submitted: datetime | None  # the hand-in's time, where the exchange recorded one (UTC)
 
 
-def grades(cd: CourseDirectory, assignment: str) -> list[Grade]:
-    """Every student of the course's gradebook with their grade on `assignment`; SystemExit where it has none."""
-    shown = make_url(cd.db_url).render_as_string(hide_password=True)
+def grades(gb: Gradebook, assignment: str) -> list[Grade]:
+    """Every student of the gradebook with their grade on `assignment` (0 without a submission); SystemExit where the
+    assignment has no grades."""
+    shown = make_url(str(gb.db.get_bind().url)).render_as_string(hide_password=True)
     none = (f"{assignment} has no grades in the course's gradebook ({shown}): grade it first "
             f"(make grade ASSIGNMENT={assignment.split('_')[0]} ...)")
-    if not gradebook.exists(cd):
+    try:
+        found = gb.find_assignment(assignment)
+    except MissingEntry:
+        raise SystemExit(none) from None
+    if not found.submissions:
         raise SystemExit(none)
-    with Gradebook(cd.db_url, cd.course_id) as gb:
+    rows = []
+    for student in gb.students:
         try:
-            found = gb.find_assignment(assignment)
+            submission = gb.find_submission(assignment, student.id)
         except MissingEntry:
-            raise SystemExit(none) from None
-        if not found.submissions:
-            raise SystemExit(none)
-        rows = []
-        for student in gb.students:
-            try:
-                submission = gb.find_submission(assignment, student.id)
-            except MissingEntry:
-                submission = None
-            # CsvExportPlugin's rule
-            score = max(0.0, submission.score - submission.late_submission_penalty) if submission else 0.0
-            rows.append(Grade(student_id=student.id, lms_id=student.lms_user_id or student.id,
-                              first_name=student.first_name or "", last_name=student.last_name or "",
-                              email=student.email or "", score=score, max_score=float(found.max_score),
-                              handed_in=submission is not None, submitted=submission and submission.timestamp))
+            submission = None
+        rows.append(Grade(student_id=student.id, lms_id=student.lms_user_id or student.id,
+                          first_name=student.first_name or "", last_name=student.last_name or "",
+                          email=student.email or "", score=gradebook.exported_score(submission) if submission else 0.0,
+                          max_score=float(found.max_score), handed_in=submission is not None,
+                          submitted=submission and submission.timestamp))
     return sorted(rows, key=lambda g: g.student_id)
 
 
@@ -115,21 +116,64 @@ def moodle_rows(grades_: list[Grade], now: datetime) -> list[list[str]]:
     return rows
 
 
+class LmsExport(ExportPlugin):
+    """An nbgrader export plugin: one assignment's grades (`assignment`, exactly one) as an LMS's import takes them,
+    into `to` (default: the LMS's name .csv), every cell safe from a spreadsheet's formulas."""
+    lms = ""  # its name, for messages and the default file
+
+    def rows(self, found: list[Grade]) -> list[list[str]]:
+        raise NotImplementedError
+
+    def export(self, gradebook: Gradebook) -> None:
+        if len(self.assignment) != 1:
+            raise SystemExit(f"{type(self).__name__} exports one assignment: --assignment=[NAME]")
+        found = grades(gradebook, self.assignment[0])
+        to = Path(self.to or f"{self.lms}.csv")
+        to.parent.mkdir(parents=True, exist_ok=True)
+        with open(to, "w", newline="", encoding="utf-8") as f:
+            csv.writer(f).writerows([[spreadsheet_safe(cell) for cell in row] for row in self.rows(found)])
+        name, unknown = self.lms.capitalize(), sorted(g.student_id for g in found if not g.lms_id.isdigit())
+        print(f"{len(found)} students' grades on {self.assignment[0]} for {name}: {to}", file=sys.stderr)
+        if unknown:  # both LMSs number their users: an id that is no number came from elsewhere (the exchange, a folder)
+            print(f"{len(unknown)} without a {name} id read from {name}'s zip, whose rows {name} will not match: "
+                  f"{', '.join(unknown)}", file=sys.stderr)
+
+
+class CanvasExport(LmsExport):
+    """Canvas's gradebook import (Grades > Import)."""
+    lms = "canvas"
+    title = Unicode("", help="the assignment's column, as Canvas names it, 'Title (assignment id)' (default: the "
+                             "assignment's name, which Canvas creates unless an assignment has that title)"
+                    ).tag(config=True)
+
+    def rows(self, found: list[Grade]) -> list[list[str]]:
+        return canvas_rows(found, self.title or self.assignment[0])
+
+
+class MoodleExport(LmsExport):
+    """Moodle's grading worksheet (the assignment's "Upload grading worksheet")."""
+    lms = "moodle"
+
+    def rows(self, found: list[Grade]) -> list[list[str]]:
+        return moodle_rows(found, datetime.now(timezone.utc))
+
+
+PLUGINS = {plugin.lms: plugin for plugin in (CanvasExport, MoodleExport)}
+LMS = tuple(PLUGINS)
+
+
 def export(assignment: str, lms: str, out: Path | None, course: Path, title: str | None = None) -> Path:
-    """Write the assignment's grades for the LMS's gradebook import; return the file's path."""
+    """Write the assignment's grades for the LMS's gradebook import, by its export plugin; return the file's path."""
     out = out.resolve() if out else None  # where the command was given, before we move into the course folder
     enter(course)
     cd = CourseDirectory(config=course_config.load(course, {}))
     assignment, _ = resolve(cd, assignment)
-    found = grades(cd, assignment)
-    rows = canvas_rows(found, title or assignment) if lms == "canvas" else moodle_rows(found, datetime.now(timezone.utc))
+    shown = make_url(cd.db_url).render_as_string(hide_password=True)
+    if not gradebook.exists(cd):
+        raise SystemExit(f"{assignment} has no grades in the course's gradebook ({shown}): grade it first "
+                         f"(make grade ASSIGNMENT={assignment.split('_')[0]} ...)")
     out = out or default_out(course, assignment) / f"{lms}.csv"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w", newline="", encoding="utf-8") as f:
-        csv.writer(f).writerows([[spreadsheet_safe(cell) for cell in row] for row in rows])
-    name, unknown = lms.capitalize(), sorted(g.student_id for g in found if not g.lms_id.isdigit())
-    print(f"{len(found)} students' grades on {assignment} for {name}: {out}", file=sys.stderr)
-    if unknown:  # both LMSs number their users: an id that is no number came from elsewhere (the exchange, a folder)
-        print(f"{len(unknown)} without a {name} id read from {name}'s zip, whose rows {name} will not match: "
-              f"{', '.join(unknown)}", file=sys.stderr)
+    plugin = PLUGINS[lms](to=str(out), assignment=[assignment], **({"title": title} if title else {}))
+    with Gradebook(cd.db_url, cd.course_id) as gb:
+        plugin.export(gb)
     return out

@@ -81,7 +81,7 @@ def plan(cd: CourseDirectory, assignment: str, out: Path, students: list[str], k
             except MissingEntry:
                 student = submission = None
             if submission is not None:
-                score = max(0.0, submission.score - submission.late_submission_penalty)  # as nbgrader export has it
+                score = gradebook.exported_score(submission)
                 r.submission = f"their {assignment} submission ({score:g} of {submission.max_score:g} points)"
                 r.whole_student = len(student.submissions) == 1
             r.paths = [path for folder in OUTPUTS if (path := output(out, folder, sid)).exists()]
