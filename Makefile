@@ -59,8 +59,8 @@ grade: setup ## grade a class in parallel: make grade ASSIGNMENT=02 [SUBMISSIONS
 bench: setup ## print the wall time of executing each solution notebook
 	$(BIN)/python tests/benchmark.py
 
-bench-grade: setup ## plain sequential nbgrader against make grade on one class of notebooks 02 and 03
-	$(BIN)/python tests/benchmark_grading.py
+bench-grade: setup ## plain sequential nbgrader against make grade: 13 hand-ins each of 02 and 03, and 60 of 03 (ARGS="--class big|small")
+	$(BIN)/python tests/benchmark_grading.py $(ARGS)
 
 bench-similarity: setup ## time report.html's similar answers on 1,000 synthetic hand-ins x 4 exercises, print what it flagged
 	$(BIN)/python tests/benchmark_similarity.py
