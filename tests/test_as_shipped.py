@@ -143,7 +143,7 @@ def test_awkward_hand_ins_in_a_folder_each_get_their_own_row():
 @pytest.mark.xdist_group("as-shipped")
 def test_an_lms_zip_with_a_damaged_member():
     """A Canvas zip: a member with a bad CRC costs its student's row alone. (A zip of any total size is unpacked one
-    member at a time: tests/test_grader_units.py's test_a_zip_is_unpacked_member_by_member_whatever_its_total.)"""
+    member at a time: tests/test_run_units.py's test_a_zip_is_unpacked_member_by_member_whatever_its_total.)"""
     home, notebook = shipped.instructor().home, source_path(AWKWARD).name
     release = nbformat.writes(read(release_path(AWKWARD)))
     good = home / "canvas.zip"

@@ -1,0 +1,302 @@
+"""The grading wing one module at a time: the integrity checks' verdicts, feedback, lessons, execute."""
+
+import contextlib
+import copy
+import json
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+from traitlets.config import Config
+
+from autograder.grading import feedback, lessons
+from autograder import integrity
+from autograder import config as course_config
+from course import ROOT
+
+
+def report(state=None, faked=(), audit=None, shadows=None, modules=None, later=(), digest=0) -> dict:
+    return {"state": state or {"shell.run_cell": "a"}, "faked": list(faked), "audit": audit or {},
+            "shadows": shadows or {}, "modules": modules or {}, "later": list(later), "digest": digest}
+
+
+def test_a_canary_tells_what_went_wrong():
+    canary = integrity.Canary(detail=True)
+    def answer(canary, report):  # the reply, and the error shown
+        error = {"status": "error", "ename": canary.error, "evalue": canary.nonce + json.dumps(report)}
+        return error, [error]
+    good = answer(canary, report())[0]
+    assert canary.read(good, [good]) == (report(), None)
+    assert "must fail" in canary.read({"status": "ok"}, [])[1]
+    assert "errors no longer reach" in canary.read(good, [])[1]
+    assert "another error" in canary.read({**good, "evalue": "other"}, [good])[1]
+    assert "did not answer" in canary.read(None, [])[1]
+    digest_only = {k: v for k, v in report().items() if k != "state"}
+    assert "unreadable" in canary.read(*answer(canary, digest_only))[1], "asked for the state, none came"
+    canary = integrity.Canary()
+    assert canary.read(*answer(canary, digest_only)) == (digest_only, None)
+    assert "unreadable" in canary.read(*answer(canary, report()))[1], "the state, not asked for"
+
+
+def test_a_test_cell_is_read_for_its_names_and_attribute_chains():
+    names, chains = integrity.names_used("assert torch.testing.assert_close(F.gelu(x), y) is None and abs(z) < 1")
+    assert names == ["F", "abs", "torch", "x", "y", "z"] and chains == ["F.gelu", "torch.testing.assert_close"]
+    assert integrity.prefixes(chains) == {"F.gelu", "torch.testing", "torch.testing.assert_close"}
+    assert integrity.names_used("from torchcourse.testing import refused\nfrom . import x")[1] == ["torchcourse.testing.refused"]
+
+
+def test_what_changed_names_only_what_the_grader_knows():
+    def changed(now, names=(), chains=(), after_test=True, name_them=True):
+        return integrity.what_changed(baseline, now, {}, list(names), list(chains), after_test, name_them)
+    baseline = report({"shell.run_cell": "a", "sys.gettrace()": "None"}, shadows={"open": "IPython's open"})
+    assert changed(baseline, ["open"]) is None, "a name shadowed in a fresh kernel (IPython's open) is no finding"
+    assert "shell.run_cell" in changed(report({"shell.run_cell": "b"}), after_test=False)
+    trace = report(baseline["state"], audit={"trace": 1})
+    assert changed(trace, after_test=False) is None  # set outside a test
+    assert "trace function" in changed(trace)
+    faked = report(baseline["state"], faked=["torch.allclose", "replaced:np.mean", "<the hidden test's code>"],
+                   shadows={"abs": "a lambda", "open": "IPython's open", "len": "not used by the test"})
+    sentence = changed(faked, ["abs", "open"], ["np.mean.x"])
+    assert "torch.allclose" in sentence and "abs (shadowed" in sentence and "np.mean (replaced" in sentence
+    assert "hidden" not in sentence and "open" not in sentence and "len" not in sentence
+    hidden = changed(faked, ["abs"], ["np.mean.x"], name_them=False)
+    assert "torch.allclose" in hidden and "2 names this hidden test uses" in hidden and "abs" not in hidden
+    digest_only = {k: v for k, v in report(digest=1).items() if k != "state"}
+    assert changed({**digest_only, "digest": baseline["digest"]}) is None, "the same digest: the same state"
+    with pytest.raises(ValueError, match="detail=True"):  # another digest: the grader asks for the state itself
+        changed(digest_only)
+
+
+# Each family the checks look for (integrity.py), as a notebook's cell would try it: what the check must name.
+LEFT_BEHIND = {  # each stays in the kernel: the mode comes first, before builtins.setattr stops torch's import
+    "a torch function mode": ("import torch\nclass _Mode(torch.overrides.TorchFunctionMode):\n"
+                              "    def __torch_function__(self, func, types, args=(), kwargs=None):\n"
+                              "        return func(*args, **(kwargs or {}))\n_Mode().__enter__()",
+                              "torch function or dispatch mode"),
+    "a finder first on sys.meta_path": ("import sys\nclass _Finder:\n    def find_spec(self, *a, **k):\n        return None\n"
+                                         "sys.meta_path.insert(0, _Finder())", "sys.meta_path"),
+    "a module the tests import replaced": ("import sys, types\n_fake = types.ModuleType('email.utils')\n"
+                                           "sys.modules['email.utils'] = _fake", "in place of email.utils"),
+    "a built-in replaced in the builtins module": ("import builtins\nbuiltins.setattr = lambda *a: None",
+                                                   "builtins.setattr"),
+    "a post_run_cell callback": ("get_ipython().events.register('post_run_cell', lambda result: None)",
+                                 "post_run_cell callback"),
+    "a SIGALRM handler": ("import signal\nsignal.signal(signal.SIGALRM, lambda *a: None)", "handler of signal 14"),
+    "a thread left running": ("import threading, time\nthreading.Thread(target=lambda: time.sleep(30), daemon=True).start()",
+                              "a thread running the notebook's code"),
+    "a thread of _thread's own": ("import _thread, time\ndef _sleeper():\n    time.sleep(30)\n"
+                                  "_thread.start_new_thread(_sleeper, ())", "a thread running the notebook's code"),
+}
+
+
+@contextlib.contextmanager
+def real_kernel():
+    """`ask(code)` -> (the reply's content, the error outputs), in a fresh kernel of this machine."""
+    from jupyter_client.manager import start_new_kernel
+    manager, client = start_new_kernel(kernel_name="python3")
+
+    def ask(code):
+        errors = []
+        reply = client.execute_interactive(code, timeout=60, output_hook=lambda m: errors.append(m["content"])
+                                           if m["msg_type"] == "error" else None)
+        return reply["content"], errors
+    try:
+        yield ask
+    finally:
+        manager.shutdown_kernel(now=True)
+
+
+def test_what_a_notebook_leaves_behind_is_named_in_a_real_kernel():
+    """Each family, tried in a fresh kernel after the grader's setup, is named by the next check; a library's own
+    callback (matplotlib's) and a thread that ended, started outside a test, are not findings. As in a grading, a
+    check reports the state's digest, and the state itself where the digest is not the baseline's."""
+    with real_kernel() as ask:
+        def check(chains=(), detail=False):
+            canary = integrity.Canary([], list(chains), [], watch=["email.utils"], detail=detail)
+            found, problem = canary.read(*ask(canary.code))
+            assert problem is None, problem
+            return found if detail or found["digest"] == baseline["digest"] else check(chains, detail=True)
+
+        assert ask(integrity.isolated(integrity.setup(["email.utils"])))[0]["status"] == "ok"
+        baseline = check(detail=True)
+        seen = dict(baseline["modules"])
+        assert "email.utils" in seen, "a module the tests import is loaded before the notebook runs"
+        innocent = "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nimport threading\nthreading.Thread(target=print).start()"
+        assert ask(innocent)[0]["status"] == "ok"
+        assert "state" not in check(), "a kernel's state has one digest from check to check: one round trip each"
+        assert integrity.what_changed(baseline, check(), baseline["audit"], [], [], False, True, seen) is None
+        for family, (code, named) in LEFT_BEHIND.items():
+            audit = check()["audit"]
+            assert ask(code)[0]["status"] == "ok", family
+            sentence = integrity.what_changed(baseline, check(), audit, [], [], True, True, seen)
+            assert sentence and named in sentence, (family, sentence)
+        ended = "import threading\ndef _quick():\n    pass\n_t = threading.Thread(target=_quick)\n_t.start()\n_t.join()"
+        audit = check()["audit"]
+        assert ask(ended)[0]["status"] == "ok"
+        assert "a thread running the notebook's code" in integrity.what_changed(baseline, check(), audit, [], [], True)
+        assert ask("import sys\nsys.audit = lambda *args: None")[0]["status"] == "ok"  # the check comes through it
+        canary = integrity.Canary([], [], [])
+        assert "sys.audit" in canary.read(*ask(canary.code))[1]
+
+
+FAKE_EVERY_LIBRARY_PROBE = """import math, numpy as np, torch
+yes = lambda *args, **kwargs: True
+math.isclose = np.allclose = np.array_equal = torch.allclose = torch.equal = torch.autograd.gradcheck = yes
+torch.Tensor.allclose = torch.Tensor.equal = yes
+np.testing.assert_allclose = torch.testing.assert_close = lambda *args, **kwargs: None
+torch.isclose = lambda *args, **kwargs: torch.ones(3, dtype=torch.bool)
+torch.Tensor.__eq__ = lambda self, other: torch.ones(3, dtype=torch.bool)"""
+
+
+def test_every_probe_sees_its_function_faked_in_a_real_kernel():
+    """Each library function the probes try, replaced by one that says yes, is named; only the tests' ones are tried."""
+    with real_kernel() as ask:
+        assert ask(integrity.isolated(integrity.setup([])))[0]["status"] == "ok"
+        assert ask(FAKE_EVERY_LIBRARY_PROBE)[0]["status"] == "ok"
+        library = [p for p in integrity.PROBES if not p.startswith("builtins.")]
+        canary = integrity.Canary([], [], integrity.PROBES)
+        report, problem = canary.read(*ask(canary.code))
+        assert problem is None and sorted(report["faked"]) == sorted(library), (problem, report and report["faked"])
+        canary = integrity.Canary([], [], integrity.probes_for(["assert np.array_equal(f(1), 2)"]))
+        assert canary.read(*ask(canary.code))[0]["faked"] == ["numpy.array_equal"]
+        # a function a test imports (`from email.utils import quote`), replaced through a module the notebook named otherwise
+        assert ask("import email.utils as eu\neu.quote = lambda s: s")[0]["status"] == "ok"
+        canary = integrity.Canary([], integrity.names_used("from email.utils import quote")[1], [])
+        assert canary.read(*ask(canary.code))[0]["faked"] == ["replaced:email.utils.quote"]
+
+
+def test_probes_are_the_functions_the_tests_name():
+    probes = integrity.probes_for(['assert torch.allclose(a, b)', 'torch.testing.assert_close(x, y)', 'assert n == 2'])
+    assert {"torch.allclose", "Tensor.allclose", "torch.testing.assert_close", "Tensor.__eq__"} <= set(probes)
+    assert "torch.autograd.gradcheck" not in probes and "builtins.len" in probes
+
+
+def test_feedback_shows_the_instructors_messages_only():
+    templates = feedback.message_templates('assert x, f"shape {a}: got {b}"\nassert y, "plain"\n'
+                                           'check(z, msg=lambda m: f"close? {m}")\nraise ValueError("no " + "way")')
+    assert [t for _, t in templates] == ["shape …: got …", "plain", "close? …"]
+    shown = lambda ename, evalue: feedback.verdict({"ename": ename, "evalue": evalue}, templates)  # noqa: E731
+    assert (shown("AssertionError", "shape (2,): got secret").evalue, shown("AssertionError", "plain").evalue) == \
+        ("shape …: got …", "plain")
+    assert shown("AssertionError", "assert _want == 42").evalue == feedback.UNKNOWN_MESSAGE
+    assert shown("My_hidden_code_as_a_name", "").ename == "Error" and shown("NotImplementedError", "").evalue == ""
+
+
+def test_feedback_withholds_what_came_after_the_first_hidden_test():
+    hidden = '"""Hidden."""\n### BEGIN HIDDEN TESTS\nassert f() == 1, "f() is 1"\n### END HIDDEN TESTS\n'
+    test = {"nbgrader": {"grade": True, "solution": False, "grade_id": "t", "points": 1}}
+    cells = [new_code_cell("print(1)", id="before"), new_code_cell(hidden, id="t", metadata=test),
+             new_code_cell("print(2)", id="after"), new_code_cell(hidden, id="t2", metadata=test)]
+    cells[0].outputs = [nbformat.v4.new_output("stream", text="1\n")]
+    cells[1].outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue="f() is 1", traceback=["x"])]
+    cells[2].outputs = [nbformat.v4.new_output("stream", text="assert f() == 1\n")]
+    cells[3].outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue="assert f() == 1",
+                                               traceback=["x"])] * 2
+    nb = new_notebook(cells=cells, metadata={"widgets": {"state": "anything"}})
+    nb, _ = feedback.HideHiddenTests().preprocess(nb, {})
+    assert nb.cells[0].outputs[0].text == "1\n" and "widgets" not in nb.metadata
+    assert "BEGIN HIDDEN" not in nb.cells[1].source and nb.cells[1].outputs[0].evalue == "f() is 1"
+    assert nb.cells[2].outputs[0].text.startswith(feedback.WITHHELD)
+    assert [o.evalue for o in nb.cells[3].outputs] == [feedback.UNKNOWN_MESSAGE]
+
+
+def test_what_a_cell_needs_from_above_and_binds():
+    """lessons.names: reads before a sure binding (loops and branches may not run), magics' code, exec = anything."""
+    reads, bound, binds = lessons.names(
+        "import torch as t\nn += 1\ndef f(x):\n    local = x + y\n    return local\n%timeit f(q)\n"
+        "for i in range(3):\n    k = i\nif c:\n    u = 1\nelse:\n    u = 2\ntry:\n    v = 1\nexcept E as e:\n    print(e)\n"
+        "a = k + u + v")
+    assert reads == {"n", "y", "q", "c", "E", "k", "v", "get_ipython", "timeit"}
+    assert bound == {"t", "n", "f", "u", "a"} and binds == bound | {"i", "k", "v", "e"}
+    assert lessons.names("exec(code)")[0] is None and lessons.names("def broken(:")[0] == frozenset()
+    assert lessons.names("f = globals().get(\"fit\")")[0] == {"fit"} and lessons.names("g = globals()")[0] is None
+
+
+def test_a_tagged_cell_is_skipped_only_as_released_and_unread():
+    """An edited cell runs, and so does every tagged cell whose names a cell that runs reads, however far down."""
+    def cell(source, tag=True, id_=None):
+        return new_code_cell(source, id=id_, metadata={"tags": ["skip-in-grading"]} if tag else {})
+    release = new_notebook(cells=[cell("a = 1", id_="one"), cell("b = a + 1", id_="two"), cell("plot()", id_="three"),
+                                  cell("answer = 0", tag=False, id_="answer")])
+    assert lessons.skippable(release, release) == {"one", "two", "three"}
+    edited = nbformat.from_dict(release)
+    edited.cells[3].source = "answer = b"  # an answer using a lesson's name: `two` runs, so `one` does too
+    assert lessons.skippable(edited, release) == {"three"}
+    edited.cells[2].source = "plot(a)"  # edited: runs, and needs `one`
+    edited.cells[3].source = "answer = 0"
+    assert lessons.skippable(edited, release) == {"two"}
+
+
+def test_the_feedback_page_is_nbconverts_without_its_rewrite():
+    """FeedbackPage (the course's GenerateFeedback.exporter_class) gives nbconvert's HTML page, once both are parsed
+    alike, an alt text on every image without one included; it skips only the parse-and-rewrite pass."""
+    from bs4 import BeautifulSoup
+    from nbconvert import HTMLExporter
+    from nbgrader.converters import GenerateFeedback
+    from autograder.grading.feedback import PAGE_POLICY, FeedbackPage
+    nb = new_notebook(cells=[nbformat.v4.new_markdown_cell('# A *title*\n<img src="a.png"> and <IMG alt="kept" src="b.png">'),
+                             new_code_cell("plot()", outputs=[nbformat.v4.new_output("display_data", data={"image/png": "iVBORw0KGgo="})]),
+                             new_code_cell("x = 1\nprint(x)", outputs=[nbformat.v4.new_output("stream", text="1\n")])])
+    config = GenerateFeedback(config=Config()).config
+    pages = [cls(config=config).from_notebook_node(nb, resources={"nbgrader": {"notebook": "n", "score": 0, "max_score": 0,
+                                                                                "late_penalty": 0}})[0]
+             for cls in (HTMLExporter, FeedbackPage)]
+    assert pages[1].count(PAGE_POLICY) == 1  # its script policy, the one thing it adds
+    assert str(BeautifulSoup(pages[1].replace(f"\n{PAGE_POLICY}", "", 1), features="html.parser")) == pages[0]
+    assert pages[1].count("No description has been provided for this image") == 2 and 'alt="kept"' in pages[1]
+    shipped = Config()
+    exec(compile((ROOT / "nbgrader_config.py").read_text(), "nbgrader_config.py", "exec"), {"get_config": lambda: shipped})
+    assert GenerateFeedback(config=shipped).exporter_class is FeedbackPage
+
+
+def test_the_feedback_pages_kept_markdown_is_each_cells_own():
+    """FeedbackPage keeps a markdown cell's HTML by its source (a lesson's cells are alike in every hand-in), but a
+    cell with the same text and another attachment, or a page made with other settings, gets its own."""
+    from autograder.grading.feedback import FeedbackPage
+    text = "# Heading\n\n![figure](attachment:a.png) same words"
+    data = ("QUFBQQ==", "QkJCQg==")
+    resources = {"nbgrader": {"notebook": "n", "score": 0, "max_score": 0, "late_penalty": 0}}
+    for anchor in ("&#182;", "LINK-TO-HERE"):  # nbconvert's default (¶) and another
+        for mine, other in (data, data[::-1]):
+            nb = new_notebook(cells=[nbformat.v4.new_markdown_cell(text, attachments={"a.png": {"image/png": mine}})])
+            settings = {} if anchor.startswith("&") else {"HTMLExporter": {"anchor_link_text": anchor}}
+            page = FeedbackPage(config=Config(settings)).from_notebook_node(
+                nb, resources=copy.deepcopy(resources))[0]
+            assert mine in page and other not in page, "a cell shows another cell's attachment"
+            assert f'href="#Heading">{anchor}</a>' in page, "a page has the anchor links of another page's settings"
+    assert len(FeedbackPage.kept_markdown) >= 4
+
+
+def test_a_report_the_kernel_forged_is_refused_not_raised():
+    """A check's report whose parts are not of the types the check writes (a kernel that changed what the check
+    reports with) is an unreadable report, which makes the row tampered; it never raises in the grader."""
+    canary = integrity.Canary([], [], [])
+    forged = {"digest": 1, "faked": [], "shadows": {}, "modules": {}, "later": [["not", "hashable"]]}
+    reply = {"status": "error", "ename": canary.error, "evalue": canary.nonce + json.dumps(forged)}
+    errors = [{"ename": canary.error, "evalue": reply["evalue"]}]
+    report, problem = canary.read(reply, errors)
+    assert report is None and "unreadable report" in problem
+    forged["later"] = ["IPython post_run_cell callback <hidden test text>@x#1#2"]
+    report, problem = canary.read({**reply, "evalue": canary.nonce + json.dumps(forged)},
+                                  [{"ename": canary.error, "evalue": canary.nonce + json.dumps(forged)}])
+    baseline = {**forged, "later": [], "state": {}}
+    said = integrity.what_changed(baseline, {**report, "state": {}}, {}, [], [], True)
+    assert said == "left code to run later: an IPython post_run_cell callback" and "hidden" not in said
+
+
+def test_a_lost_cell_is_named_by_how_it_was_lost():
+    """A kernel that died is never reported as a cell past its time limit, nor the other way round."""
+    from autograder.grading.grade_one import lost_kernel_reason
+    assert lost_kernel_reason("timeout", None).startswith("kept running after the time limit")
+    assert lost_kernel_reason("died", None) == "made the kernel die"
+    assert lost_kernel_reason("died", 128 + 9) == "made the kernel die by being killed (most often: out of memory)"
+    assert lost_kernel_reason("died", 3) == "made the kernel exit (exit code 3)"
+
+
+def test_a_cells_output_may_arrive_as_long_as_the_cell_may_run():
+    """nbclient waits 4 s for a cell's output after its reply, and nbgrader fails the cell past that: under load a
+    right answer that printed 200 MiB lost its points so (tests/test_grader_boundary.py's `loud`). The grader waits as
+    long as the cell may run."""
+    from autograder.grading.execute import GuardedExecute
+    config = course_config.load(ROOT, {})
+    assert GuardedExecute(config=config).iopub_timeout == config.Execute.timeout == 120
