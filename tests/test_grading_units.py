@@ -10,7 +10,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 from traitlets.config import Config
 
 from autograder.grading import feedback, lessons
-from autograder import integrity
+from autograder.grading import integrity
 from autograder import config as course_config
 from course import ROOT
 

@@ -18,7 +18,7 @@ from traitlets import Float, Integer, default
 from torchcourse.format import HIDDEN, answer_cells, grading, test_cells
 from torchcourse.values import MIME
 
-from ..integrity import Canary, isolated, names_used, preload, probes_for, setup, what_changed
+from .integrity import Canary, isolated, names_used, preload, probes_for, setup, what_changed
 from .judge import as_graded, sent, verdict, wants
 from .lessons import skippable
 from ..kernel.manager import SandboxedKernelManager

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import nbformat
 from nbgrader.api import Gradebook
-from nbgrader.converters import Autograde, GenerateFeedback
+from nbgrader.converters import Autograde, BaseConverter, GenerateFeedback
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.nbgraderformat import MetadataValidator
-from nbgrader.utils import parse_utc
+from nbgrader.utils import parse_utc, setenv
 from sqlalchemy.exc import SAWarning
 from traitlets.config import Config
 
@@ -33,7 +33,7 @@ from . import handin, notebook
 from .. import layout
 from ..kernel import processes
 from .feedback import ERROR_NAMES, TIMED_OUT, VISIBLE_RUN, HideHiddenTests, kept_error, message_templates, shown, stopped, wants_visible_run
-from ..integrity import parsed
+from .integrity import parsed
 from .judge import as_graded
 from ..kernel.manager import UNFENCED_WARNING
 from .lessons import skippable
@@ -55,8 +55,10 @@ class GraderError(Exception):
 
 
 class Autograded(Autograde):
-    """nbgrader's Autograde with a grading's inputs for the execute step in each notebook's resources (FINDINGS), where
-    the step leaves its findings; keeping the exception a step raised (nbgrader logs it and raises one of its own)."""
+    """nbgrader's Autograde in one pass: its sanitize steps, then its autograde steps, on the notebook in memory, read
+    and written once (nbgrader runs them as two passes, each reading and writing the notebook); a grading's inputs for
+    the execute step in the notebook's resources (FINDINGS), where the step leaves its findings; keeping the exception
+    a step raised (nbgrader logs it and raises one of its own)."""
     failure: Exception | None = None
 
     def __init__(self, grading: Grading, **kw):
@@ -67,8 +69,12 @@ class Autograded(Autograde):
         return {**super().init_single_notebook_resources(notebook_filename), FINDINGS: self.grading}
 
     def convert_single_notebook(self, notebook_filename):
+        self.exporter._preprocessors = []  # as Autograde._init_preprocessors does for each of its passes
+        for step in [*self.sanitize_preprocessors, *self.autograde_preprocessors]:
+            self.exporter.register_preprocessor(step)
         try:
-            super().convert_single_notebook(notebook_filename)
+            with setenv(NBGRADER_EXECUTION="autograde"):  # as nbgrader's autograde pass runs
+                BaseConverter.convert_single_notebook(self, notebook_filename)
         except Exception as error:
             self.failure = error
             raise

@@ -1,0 +1,251 @@
+"""The check each Canary's cell runs in the kernel (integrity.py): a report of the kernel's state, of the functions the
+tests rely on, and of the code the notebook left to run later, carried by the exception the cell raises.
+
+start.py compiles it once, before the notebook runs; each check runs it afresh in a namespace of its own, ended by
+`EXCEPTION = canary(get_ipython(), PARAMETERS)` (integrity.CHECK). PARAMETERS: the Canary's, as one string of JSON:
+NONCE, ERROR (the name of the built-in exception to raise), NAMES, CHAINS, PROBED, MODULES, DETAIL (whether to report
+the state itself, not only its digest). Nothing here runs the notebook's code: its objects are read past descriptors.
+"""
+import builtins
+import gc
+import json
+import math
+import os
+import re
+import signal
+import sys
+import threading
+import types
+
+from .notebooks_own import notebooks_own, unwrapped
+
+# The kernel's state that decides how a cell runs and how its errors are reported: identities of these callables
+# (their function and code objects), the transformer lists, and the hooks.
+SHELL = ("run_cell", "run_cell_async", "_run_cell", "should_run_async", "transform_cell", "transform_ast",
+         "run_ast_nodes", "run_code", "showtraceback", "_showtraceback", "showsyntaxerror", "get_exception_only",
+         "set_custom_exc", "CustomTB", "ex", "ev")
+KERNEL = ("do_execute", "execute_request", "dispatch_shell", "send_response", "interrupt_request")
+MISSING = object()
+
+
+def who(thing):
+    """A callable's name, where its code is, and the identities of it and of its code."""
+    f = getattr(thing, "__func__", thing)
+    code = getattr(f, "__code__", None)
+    where = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else ""
+    return f"{getattr(f, '__qualname__', type(f).__qualname__)}@{where}#{id(f)}#{id(code)}"
+
+
+def state_of(ip):
+    """What decides how the shell `ip` runs a cell and reports its errors, each callable by `who`."""
+    kernel = getattr(ip, "kernel", None)
+    state = {f"shell.{n}": who(getattr(ip, n, None)) for n in SHELL}
+    state.update({f"kernel.{n}": who(getattr(kernel, n, None)) for n in KERNEL})
+    state["kernel.shell_handlers['execute_request']"] = who(getattr(kernel, "shell_handlers", {}).get("execute_request"))
+    state["kernel.session.send"] = who(getattr(getattr(kernel, "session", None), "send", None))
+    state["shell.compile"] = who(ip.compile)
+    state["shell.compile.ast_parse"] = who(getattr(ip.compile, "ast_parse", None))
+    state["shell.displayhook.session.send"] = who(getattr(getattr(ip.displayhook, "session", None), "send", None))
+    state.update({f"shell.{n}": [who(t) for t in getattr(ip, n)] for n in
+                  ("input_transformers_cleanup", "input_transformers_post", "ast_transformers")})
+    state["shell.input_transformer_manager"] = who(ip.input_transformer_manager)
+    state["shell.custom_exceptions"] = repr(ip.custom_exceptions)
+    state.update({f"builtins.{n}": who(v) for n, v in vars(builtins).items() if callable(v)})  # replaced, not shadowed
+    state["sys.modules['builtins']"] = who(sys.modules.get("builtins"))
+    state["sys.meta_path"] = [who(f) for f in sys.meta_path]  # a finder put first could serve any module a test imports
+    state["sys.path_hooks"] = [who(f) for f in sys.path_hooks]
+    return state
+
+
+def hooks():
+    """The trace, profile and monitoring functions set now."""
+    state = {"sys.gettrace()": repr(sys.gettrace()), "sys.getprofile()": repr(sys.getprofile()),
+             "threading.gettrace()": repr(threading.gettrace()), "threading.getprofile()": repr(threading.getprofile())}
+    if hasattr(sys, "monitoring"):
+        state["sys.monitoring tools"] = repr([sys.monitoring.get_tool(i) for i in range(6)])
+    return state
+
+
+def identities(watched):
+    """Module name -> identity, of the modules `watched` and the course's own that are loaded. (sys.modules holds 2,000
+    modules once torch is imported: looked through in C, 1 ms a check in Python.)"""
+    return {n: id(m) for n in watched.union(filter(re.compile("torchcourse").match, list(sys.modules)))
+            if (m := sys.modules.get(n)) is not None}
+
+
+def raises(f, *args):
+    """Whether f(*args) fails as an assertion."""
+    try:
+        f(*args)
+    except AssertionError:
+        return True
+    return False
+
+
+def questions(probed):
+    """Each function the check can try -> a question that a faked one answers wrong (True: answered right). A library's
+    only where the notebook's tests call one of it (`probed`): a warm kernel has numpy and torch imported before any
+    notebook runs, and a first torch operation may start threads (which a kernel at its process limit cannot)."""
+    asked = {"builtins.isinstance": lambda: not builtins.isinstance(1, str),
+             "builtins.len": lambda: builtins.len([0, 0]) == 2,
+             "builtins.abs": lambda: builtins.abs(-1) == 1, "builtins.all": lambda: not builtins.all([False]),
+             "builtins.any": lambda: not builtins.any([False]), "math.isclose": lambda: not math.isclose(0.0, 1.0)}
+    if "numpy" in sys.modules and any(p.startswith("numpy.") for p in probed):
+        np = sys.modules["numpy"]
+        asked.update({"numpy.allclose": lambda: not np.allclose(0.0, 1.0),
+                      "numpy.array_equal": lambda: not np.array_equal([0], [1]),
+                      "numpy.testing.assert_allclose": lambda: raises(np.testing.assert_allclose, 0.0, 1.0)})
+    if "torch" in sys.modules and any(p.startswith(("torch.", "Tensor.")) for p in probed):
+        torch = sys.modules["torch"]
+        z, o = torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)
+
+        def wrong_gradient_passes():
+            class Wrong(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx, x):
+                    return x * x
+
+                @staticmethod
+                def backward(ctx, g):
+                    return g
+            return torch.autograd.gradcheck(Wrong.apply, (torch.ones(2, dtype=torch.float64, requires_grad=True),),
+                                            raise_exception=False)
+        asked.update({
+            "torch.allclose": lambda: not torch.allclose(z, o), "torch.equal": lambda: not torch.equal(z, o),
+            "torch.isclose": lambda: not bool(torch.isclose(z, o).any()), "Tensor.allclose": lambda: not z.allclose(o),
+            "Tensor.__eq__": lambda: not bool((z == o).any()), "Tensor.equal": lambda: not z.equal(o),
+            "torch.testing.assert_close": lambda: raises(torch.testing.assert_close, z, o),
+            "torch.autograd.gradcheck": lambda: not wrong_gradient_passes()})
+    return asked
+
+
+def faked_functions(probed):
+    """The functions of `probed` that answer their question wrong (or fail)."""
+    faked = []
+    for name, answered_right in questions(probed).items():
+        if name not in probed:  # only what this notebook's tests call: a first gradcheck imports sympy (0.5 s)
+            continue
+        try:
+            right = answered_right()
+        except Exception:
+            right = False
+        if right is not True:
+            faked.append(name)
+    return faked
+
+
+def left_to_run_later(ip, namespace):
+    """What the notebook left to run later, which could undo what it changed before a check looks: its own IPython
+    event callbacks, signal handlers and threads (named by the notebook's own code they run), and torch modes."""
+    later = [f"IPython {event} callback {who(f)}" for event, fs in ip.events.callbacks.items() for f in fs
+             if notebooks_own(f, namespace)]
+    later += [f"a gc callback {who(f)}" for f in gc.callbacks if notebooks_own(f, namespace)]
+    for number in signal.valid_signals():
+        try:
+            handler = signal.getsignal(number)
+        except (ValueError, OSError):
+            continue
+        if callable(handler) and notebooks_own(handler, namespace):
+            later.append(f"a handler of signal {int(number)} ({who(handler)})")
+    threads = {t.ident: t for t in threading.enumerate()}
+    for ident, frame in sys._current_frames().items():
+        if ident == threading.get_ident():
+            continue
+        thread = threads.get(ident)
+        runs = [getattr(thread, "_target", None), getattr(thread, "function", None), type(thread).run] if thread else []
+        mine = any(f is not None and notebooks_own(f, namespace) for f in runs)
+        while frame is not None and thread is None and not mine:  # a thread of _thread's own: the code on its stack
+            path = frame.f_code.co_filename
+            mine = frame.f_globals is namespace or not os.path.isfile(path) or "ipykernel_" in path
+            frame = frame.f_back
+        if mine:
+            later.append(f"a thread running the notebook's code ({getattr(thread, 'name', 'started with _thread')})")
+    if "torch" in sys.modules:
+        torch_C = sys.modules["torch"]._C
+        if torch_C._len_torch_function_stack() or torch_C._len_torch_dispatch_stack():
+            later.append("an active torch function or dispatch mode")
+    return later
+
+
+def own(value, namespace):
+    """The notebook's own code: a function defined in it (or a partial or method of one), one of its classes or their
+    instances. Nothing of it runs: a student's object may do anything when asked for an attribute."""
+    value = unwrapped(value)
+    if isinstance(value, types.FunctionType):
+        return value.__globals__ is namespace
+    kind = value if isinstance(value, type) else type(value)
+    return type.__dict__["__dict__"].__get__(kind).get("__module__") == "__main__"
+
+
+def stored(holder, name):
+    """An attribute as stored in a module or a library class (its MRO), without running any descriptor."""
+    if isinstance(holder, types.ModuleType):
+        return types.ModuleType.__dict__["__dict__"].__get__(holder).get(name, MISSING)
+    for klass in type.__dict__["__mro__"].__get__(holder):
+        found = type.__dict__["__dict__"].__get__(klass)
+        if name in found:
+            return found[name]
+    return MISSING
+
+
+def shadowed(namespace, names):
+    """Of the names the next test cell uses (all built-in names for None, the first check): each built-in shadowed by
+    a callable, as reported to compare with a fresh kernel (IPython puts its own `open` into every namespace), and
+    each module swapped ("module:NAME")."""
+    shadows, swapped = {}, []
+    for name in names if names is not None else [n for n in vars(builtins) if not n.startswith("_")]:
+        value = namespace.get(name, MISSING)
+        if value is not MISSING and hasattr(builtins, name) and value is not getattr(builtins, name) and callable(value):
+            shadows[name] = who(value)
+        elif isinstance(value, types.ModuleType) and sys.modules.get(value.__name__) is not value:
+            swapped.append(f"module:{name}")
+    return shadows, swapped
+
+
+def replaced(namespace, chains):
+    """Of the attributes the next test cell reads from a module or a library class (`torch.testing.assert_close`,
+    `F.gelu`), each that is the notebook's own code ("replaced:CHAIN")."""
+    found = []
+    for chain in chains:
+        root, *rest = chain.split(".")
+        holder = namespace.get(root, MISSING)
+        if holder is MISSING:  # a chain a test imports from (`from a.b import c`) starts at the imported module
+            holder = sys.modules.get(root, MISSING)
+        for k, part in enumerate(rest, 2):
+            if not (isinstance(holder, types.ModuleType) or isinstance(holder, type) and not own(holder, namespace)):
+                break
+            holder = stored(holder, part)
+            if holder is MISSING:
+                break
+            if own(holder, namespace):
+                found.append("replaced:" + ".".join(chain.split(".")[:k]))
+                break
+    return found
+
+
+def report(ip, parameters):
+    """The check's report on the kernel of shell `ip`: the state's digest (and the state itself where DETAIL asks),
+    the audit hook's counts, what is faked, shadowed or left to run later, and the watched modules' identities."""
+    state = state_of(ip)
+    modules = identities(set(parameters["MODULES"]))
+    state.update(hooks())
+    audit = {}
+    sys.audit("autograder.audit", audit)
+    faked = faked_functions(set(parameters["PROBED"]))
+    namespace = ip.user_ns
+    later = left_to_run_later(ip, namespace)
+    shadows, swapped = shadowed(namespace, parameters["NAMES"])
+    faked += swapped + replaced(namespace, parameters["CHAINS"])
+    # The state (16 kB) only when asked for: its digest tells whether it changed (hash(): the same in one process)
+    found = {"digest": hash(json.dumps(state, sort_keys=True)), "audit": audit, "faked": faked, "shadows": shadows,
+             "modules": modules, "later": later}
+    if parameters["DETAIL"]:
+        found["state"] = state
+    return found
+
+
+def canary(ip, parameters):
+    """The exception the check's cell raises: of the built-in type ERROR, its value NONCE and the report as JSON."""
+    parameters = json.loads(parameters)
+    error = builtins.__dict__[parameters["ERROR"]]
+    return error(parameters["NONCE"] + json.dumps(report(ip, parameters)))

@@ -1,0 +1,53 @@
+"""Run once in a fresh kernel, before the notebook's first cell (integrity.setup): an audit hook (it cannot be removed)
+that counts trace and profile functions being set, code objects of the kernel's machinery being swapped, and threads
+started to run the notebook's own code, so that a hook set and removed, or a thread started and ended, within one test
+cell is still seen. `sys.audit("autograder.audit", d)` copies the counts into d; `sys.audit("autograder.check", d)`
+puts the check (check.py, compiled here once: 4-5 ms a check otherwise) into d["CODE"]. Then the modules the tests
+import, so that the checks know them before the notebook could put others in their place."""
+import sys
+import threading
+
+from .notebooks_own import notebooks_own
+
+
+def install(space, check):
+    """The audit hook, judging threads by the notebook's namespace `space`, and handing out the compiled `check`."""
+    counts, watched = {}, {"sys.settrace": "trace", "sys.setprofile": "profile",
+                           "sys.monitoring.register_callback": "monitoring", "sys.monitoring.use_tool_id": "monitoring"}
+    machinery = ("IPython", "ipykernel", "jupyter_client", "zmq", "comm", "traitlets")
+
+    # The hook runs on every audited event of the kernel: what it reads comes in as its defaults (locals, not globals)
+    def started(args, Thread=threading.Thread, own=notebooks_own):
+        f = args[0] if args else None
+        thread = getattr(f, "__self__", None)
+        if isinstance(thread, Thread):  # threading's own start: what the thread object will run
+            return any(g is not None and own(g, space) for g in
+                       (getattr(thread, "_target", None), getattr(thread, "function", None), type(thread).run))
+        return own(f, space)
+
+    def hook(event, args, counts=counts, watched=watched, machinery=machinery):
+        kind = watched.get(event)
+        if kind is None and event == "object.__setattr__" and len(args) > 1 and args[1] == "__code__" \
+                and str(getattr(args[0], "__module__", "")).startswith(machinery):
+            kind = "code"
+        if kind is None and event == "_thread.start_new_thread" and started(args):
+            kind = "thread"
+        if kind is None and event == "sys.addaudithook":  # a hook of the notebook's sees every cell run
+            kind = "audithook"
+        if kind is not None:
+            counts[kind] = counts.get(kind, 0) + 1
+        elif event == "autograder.audit" and args and isinstance(args[0], dict):
+            args[0].update(counts)
+        elif event == "autograder.check" and args and isinstance(args[0], dict):
+            args[0]["CODE"] = check
+    sys.addaudithook(hook)
+
+
+def start(space, check, modules):
+    """Compile the check's source once, install the hook, then import `modules` (those the tests import)."""
+    install(space, compile(check, "<autograder>", "exec"))
+    for name in modules:
+        try:
+            __import__(name)
+        except Exception:  # the notebook's own import will say why
+            pass
