@@ -309,18 +309,20 @@ def feedback(job: Job) -> None:
     replace_file(output(job.out, "feedback", job.student_id), source=html)
 
 
-def warm_up(config: Config, template: Path, assignment: str, notebook: str) -> None:
+def warm_up(config: Config, template: Path, assignment: str, notebook: str, tests: dict[str, str]) -> None:
     """What every grading of the batch would do alike, done once in the batch's own process before it forks them, and
-    inherited: the feedback page of the released notebook rendered (the modules and caches that loads: nbconvert's
-    filters, its templates compiled, Pygments' lexer, the lesson's code highlighted and its markdown rendered, the
-    hidden test cells' notices highlighted), the lesson cells' names read (lessons.names' cache), the test cells read
-    as the gradings run them (integrity.parsed's names, judge.as_graded's text, feedback.message_templates' messages:
-    the source's test cells are those the gradings run), nbgrader's metadata schema checked, and a gradebook opened
-    (SQLAlchemy's first: 0.15 s), on a copy of the template's, which stays as it is."""
+    inherited: a grading's first steps rehearsed on the release handed in as it is (the notebook a grading builds from
+    it, with the instructor's `tests`; which of its lesson cells need not run; its test cells read as the checks, the
+    verdicts and the feedback read them: the hidden tests are every hand-in's), the feedback page of the released
+    notebook rendered (the modules and caches that loads: nbconvert's filters, its templates compiled, Pygments' lexer,
+    the lesson's code highlighted and its markdown rendered, the hidden test cells' notices highlighted), nbgrader's
+    metadata schema checked, and a gradebook opened (SQLAlchemy's first: 0.15 s), on a copy of the template's, which
+    stays as it is."""
     release = nbformat.read(template / "release" / assignment / notebook, as_version=4)
-    tests = [cell for cell in nbformat.read(template / "source" / assignment / notebook, as_version=4).cells
-             if is_test(cell)]
-    for cell in tests:
+    rehearsed = handin.build(handin.sources(handin.load(nbformat.writes(release).encode()), release), release, tests)
+    skippable(rehearsed, release)
+    tests_run = [cell for cell in rehearsed.cells if is_test(cell)]
+    for cell in tests_run:
         parsed(cell.source)
         as_graded(cell.source)
         message_templates(cell.source)
@@ -334,10 +336,9 @@ def warm_up(config: Config, template: Path, assignment: str, notebook: str) -> N
         gb.find_submission_notebook(Path(notebook).stem, assignment, gb.add_submission(assignment, "warm-up").student.id)
         gb.engine.dispose()  # its pooled connection closed: the gradings forked next share none with this process
     copy_of.unlink()
-    skippable(release, release)
     page = copy.deepcopy(release)
     # the hidden test cells as the feedback shows them (their code replaced by a notice), highlighted once too
-    page.cells += [nbformat.v4.new_code_cell(shown(c.source)) for c in tests if shown(c.source) != c.source]
+    page.cells += [nbformat.v4.new_code_cell(shown(c.source)) for c in tests_run if shown(c.source) != c.source]
     for cell in page.cells:
         cell.metadata.pop("nbgrader", None)  # a graded cell's part of the page needs its score
     # the language as a graded notebook has it, from its kernel (ipykernel's): its lexer highlights the code
