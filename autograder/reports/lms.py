@@ -65,18 +65,22 @@ class Grade:
     submitted: datetime | None  # the hand-in's time, where the exchange recorded one (UTC)
 
 
+def no_grades(assignment: str, db_url: str) -> SystemExit:
+    shown = make_url(db_url).render_as_string(hide_password=True)
+    return SystemExit(f"{assignment} has no grades in the course's gradebook ({shown}): grade it first "
+                      f"(make grade ASSIGNMENT={assignment.split('_')[0]} ...)")
+
+
 def grades(gb: Gradebook, assignment: str) -> list[Grade]:
     """Every student of the gradebook with their grade on `assignment` (0 without a submission); SystemExit where the
     assignment has no grades."""
-    shown = make_url(str(gb.db.get_bind().url)).render_as_string(hide_password=True)
-    none = (f"{assignment} has no grades in the course's gradebook ({shown}): grade it first "
-            f"(make grade ASSIGNMENT={assignment.split('_')[0]} ...)")
+    none = no_grades(assignment, str(gb.db.get_bind().url))
     try:
         found = gb.find_assignment(assignment)
     except MissingEntry:
-        raise SystemExit(none) from None
+        raise none from None
     if not found.submissions:
-        raise SystemExit(none)
+        raise none
     rows = []
     for student in gb.students:
         try:
@@ -168,10 +172,8 @@ def export(assignment: str, lms: str, out: Path | None, course: Path, title: str
     enter(course)
     cd = CourseDirectory(config=course_config.load(course, {}))
     assignment, _ = resolve(cd, assignment)
-    shown = make_url(cd.db_url).render_as_string(hide_password=True)
     if not gradebook.exists(cd):
-        raise SystemExit(f"{assignment} has no grades in the course's gradebook ({shown}): grade it first "
-                         f"(make grade ASSIGNMENT={assignment.split('_')[0]} ...)")
+        raise no_grades(assignment, cd.db_url)
     out = out or default_out(course, assignment) / f"{lms}.csv"
     plugin = PLUGINS[lms](to=str(out), assignment=[assignment], **({"title": title} if title else {}))
     with Gradebook(cd.db_url, cd.course_id) as gb:

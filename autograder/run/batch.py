@@ -298,12 +298,12 @@ class Report:
     notebooks handed in, while the gradings run; it draws the page when the rows, as grades.csv has them (after the
     gradebook: scores by hand, late penalties), come (`draw`). `students`: each one's id and status."""
 
-    def __init__(self, out: Path, source: Path, scratch: Path, config: Config, students: list[dict]):
+    def __init__(self, out: Path, source: Path, scratch: Path, config: Config, students: list[tuple[str, str]]):
         receive, self.send = multiprocessing.get_context("fork").Pipe(duplex=False)
         self.process = processes.fork(self.run, receive, out, source, scratch, config, students)
         receive.close()
 
-    def run(self, receive, out: Path, source: Path, scratch: Path, config: Config, students: list[dict]) -> None:
+    def run(self, receive, out: Path, source: Path, scratch: Path, config: Config, students: list[tuple[str, str]]) -> None:
         self.send.close()
         os.nice(10)  # the gradings beside it come first
         os.environ["MPLCONFIGDIR"] = str(scratch / "matplotlib")  # its font cache: grading writes nothing into HOME

@@ -39,6 +39,7 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
+from ..kernel.processes import socket_folder
 from ..layout import RETURNED, output, replace_file
 from ..results import GRADER_FAILED, Job, read_result, settle, write_result
 
@@ -317,7 +318,7 @@ def fork_server() -> Path:
             return SERVER[1]
         # mode 0700: nobody else may ask for gradings; under /tmp where $TMPDIR is too deep for a socket's address
         # (108 bytes at most)
-        folder = Path(tempfile.mkdtemp(prefix="autograder-forks-", dir=None if len(tempfile.gettempdir()) < 60 else "/tmp"))
+        folder = Path(socket_folder("autograder-forks-", below=len("socket")))
         path = folder / "socket"
         process = subprocess.Popen([sys.executable, "-m", "autograder.run.fork_server", str(path)],
                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
