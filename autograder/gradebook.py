@@ -2,7 +2,10 @@
 
 A batch writes into it by nbgrader's own rules: SaveAutoGrades' (a score an instructor entered by hand is kept and
 the cell is marked for manual grading again) and AssignLatePenalties' (the course's late plugin, on the due date and
-extension in the gradebook). grades.csv is then read back from it, so the three cannot disagree.
+extension in the gradebook). grades.csv is then read back from it, so the three cannot disagree. The two rules are
+typed here, not run as nbgrader's steps: those take a graded notebook (a row that was not graded has none) and open
+the gradebook three times a row; a class is written in one session. tests/test_gradebook.py compares what this
+leaves with what nbgrader's own steps leave, and fails when nbgrader changes either rule.
 """
 
 import warnings

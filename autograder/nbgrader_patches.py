@@ -3,17 +3,22 @@ changes under it (tests/test_nbgrader_patches.py). Each replaces one name nbgrad
 changes what nbgrader writes.
 
 - `alembic_head`: the schema version of a new gradebook, read in this process (applied on import).
-- `share_engines`: one SQLAlchemy engine per gradebook in a grading's process (applied by a grading).
+- `share_engines`: one SQLAlchemy engine for the scratch gradebooks of a grading's process (applied by a grading, and
+  for its rehearsal in the batch's process by `shared_engine`).
 - `schema_checked_once`: nbgrader's metadata schema checked once per process, not at each cell (applied by a grading).
 """
 
 import json
+import sqlite3
 import types
+from contextlib import contextmanager
 
 import jsonschema
 import nbgrader.api
 import nbgrader.nbgraderformat.common
 from sqlalchemy import create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import QueuePool
 
 NBGRADERS_ALEMBIC_VERSION = nbgrader.api.get_alembic_version  # kept for the test that compares the two
 
@@ -30,29 +35,59 @@ def alembic_head() -> str:
         return ScriptDirectory.from_config(AlembicConfig(ini)).get_current_head()
 
 
-ENGINES: dict = {}  # gradebook URL -> its engine, in a process that shares them (share_engines)
+SHARED: dict = {"engine": None, "file": None}  # a grading's one engine, and the gradebook file it opens (share_engines)
+
+
+def one_engine(url, **kw):
+    """nbgrader.api's `create_engine` in a process that shares one engine: that engine, its connections opened on
+    the SQLite file `url` names (connections to another file closed first)."""
+    database = make_url(url).database
+    if make_url(url).get_backend_name() != "sqlite" or not database:
+        raise ValueError(f"a grading's gradebooks are SQLite files, not {make_url(url).render_as_string()}")
+    engine = SHARED["engine"]
+    if engine is None:  # SQLAlchemy's pysqlite dialect, its connections made here: on the file of the moment
+        engine = SHARED["engine"] = create_engine(
+            "sqlite://", creator=lambda: sqlite3.connect(SHARED["file"], check_same_thread=False), poolclass=QueuePool,
+            **kw)
+        # a scratch gradebook is read once and deleted: its commits (about 40 a grading) need not reach the disk
+        event.listen(engine, "connect", lambda connection, _: connection.execute("PRAGMA synchronous = OFF"))
+    if SHARED["file"] != database:
+        if engine.pool.checkedout():
+            raise RuntimeError("a grading opened a second gradebook while one was in use: they would share connections")
+        engine.dispose()
+        SHARED["file"] = database
+    return engine
 
 
 def share_engines() -> None:
-    """From now on in this process (a grading's, whose gradebook is its scratch copy), one engine per gradebook URL:
-    nbgrader opens a Gradebook a dozen times in a grading, each with an engine of its own, and SQLAlchemy compiles
-    every statement again for each (it keeps compiled SQL per engine). `forget_engines` before a gradebook's file is
-    replaced. A scratch SQLite file is read once and deleted: its commits (about 40) need not reach the disk."""
-    def engine_for(url, **kw):
-        if str(url) not in ENGINES:
-            ENGINES[str(url)] = engine = create_engine(url, **kw)
-            if engine.dialect.name == "sqlite":
-                event.listen(engine, "connect", lambda connection, _: connection.execute("PRAGMA synchronous = OFF"))
-        return ENGINES[str(url)]
+    """From now on in this process (a grading's, whose gradebooks are scratch copies, opened one at a time): one
+    SQLAlchemy engine for them all. nbgrader opens a Gradebook a dozen times in a grading, each with an engine of its
+    own, and SQLAlchemy compiles every statement again for each engine (it keeps compiled SQL per engine: 0.02-0.04 s
+    a grading); made in the batch's process by its rehearsal (`shared_engine`), the engine a grading inherits has
+    them compiled. `forget_engines` before a gradebook's file is replaced."""
+    nbgrader.api.create_engine = one_engine
 
-    nbgrader.api.create_engine = engine_for
+
+@contextmanager
+def shared_engine():
+    """share_engines for a while (the batch's rehearsal of a grading), then nbgrader's own engines again: the course's
+    gradebook, which a batch's later steps open, keeps its engine and its writes reach the disk. The one engine stays,
+    its connections closed, for the gradings the batch forks."""
+    before = nbgrader.api.create_engine
+    share_engines()
+    try:
+        yield
+    finally:
+        nbgrader.api.create_engine = before
+        forget_engines()
 
 
 def forget_engines() -> None:
-    """Close the shared engines' connections: the files they were open on are about to be replaced."""
-    for engine in ENGINES.values():
-        engine.dispose()
-    ENGINES.clear()
+    """Close the shared engine's connections (the file they were open on is about to be replaced, or the process to
+    fork); its compiled statements stay."""
+    if SHARED["engine"] is not None:
+        SHARED["engine"].dispose()
+    SHARED["file"] = None
 
 
 VALIDATORS: dict = {}  # nbgrader's metadata schema (as JSON) -> its validator, checked (schema_checked_once)

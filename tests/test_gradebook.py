@@ -1,14 +1,24 @@
 """The course's gradebook is the one record of scores: a regrade keeps what an instructor entered by hand, late
 penalties follow nbgrader's settings and the gradebook's due dates and extensions, and grades.csv agrees with it."""
 
+import copy
 import csv
+import shutil
 from pathlib import Path
 
+import nbformat
 import pytest
 from nbgrader.api import Gradebook
+from nbgrader.coursedir import CourseDirectory
+from nbgrader.preprocessors import AssignLatePenalties, SaveAutoGrades
+from nbgrader.utils import parse_utc
 
+from autograder.config import load
+from autograder.gradebook import write_rows
+from autograder.results import Result
 from course import nbgrader
-from handins import ASSIGNMENT, FIRST, NOTEBOOK, grade, right, rows_of, scratch_course, write
+from handins import ASSIGNMENT, FIRST, NOTEBOOK, SECOND, grade, right, rows_of, scratch_course, source, write
+from torchcourse.format import grading
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow, pytest.mark.filterwarnings("ignore::sqlalchemy.exc.SAWarning")]
 DUE = "2026-11-20 12:00:00 UTC"
@@ -72,3 +82,76 @@ def test_manual_grades_survive_a_regrade_and_late_penalties_follow_the_gradebook
     feedback = course / "autograder" / "feedback" / "carol" / ASSIGNMENT
     assert {p.name for p in feedback.iterdir()} == {"01_basics.html", "timestamp.txt", "submission_secret.txt"}
     assert "Late submission penalty" in (feedback / "01_basics.html").read_text()
+
+
+def nbgraders_own_steps(db_url: str, config, nb, student: str) -> None:
+    """What nbgrader autograde records of a graded notebook: its SaveAutoGrades, then its AssignLatePenalties."""
+    resources = {"nbgrader": {"db_url": db_url, "assignment": ASSIGNMENT, "notebook": Path(NOTEBOOK).stem,
+                              "student": student}}
+    for step in (SaveAutoGrades(config=config), AssignLatePenalties(config=config)):
+        step.preprocess(copy.deepcopy(nb), copy.deepcopy(resources))
+
+
+def recorded(db_url: str, student: str) -> dict:
+    with Gradebook(db_url, "pytorch-course") as gb:
+        nb = gb.find_submission_notebook(Path(NOTEBOOK).stem, ASSIGNMENT, student)
+        return {"grades": {g.name: (g.auto_score, g.manual_score, g.needs_manual_grade, g.score) for g in nb.grades},
+                "comments": {c.name: c.auto_comment for c in nb.comments},
+                "late_penalty": nb.late_submission_penalty, "score": nb.score}
+
+
+def test_a_batch_records_a_row_as_nbgraders_own_steps_would(tmp_path):
+    """gradebook.write_rows records a class in one session, typing two of nbgrader's rules again (SaveAutoGrades':
+    a score entered by hand stays and goes back to a human; AssignLatePenalties': the course's plugin, within
+    [0, score]): the gradebook it leaves is the one nbgrader's own steps leave, from the scores a grading read in its
+    scratch gradebook. Fails when nbgrader changes either rule. alice: late, one grade entered by hand; bob: on
+    time, one test failing."""
+    course = scratch_course(tmp_path / "course")
+    with open(course / "nbgrader_config.py", "a") as f:
+        f.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
+    nbgrader("generate_assignment", ASSIGNMENT, "--force", cwd=course)
+    nbgrader("db", "assignment", "add", ASSIGNMENT, f"--duedate={DUE}", cwd=course)
+    config = load(course, {})
+    late, on_time = "2026-11-21 12:00:00.000000 UTC", "2026-11-19 10:00:00.000000 UTC"
+    graded = source()  # answers and tests, as graded
+    failing = next(c for c in graded.cells if grading(c).get("grade_id") == f"{SECOND}_hidden")
+    failing.outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue="", traceback=[])]
+    template = course / "autograder" / "gradebook.db"
+    with Gradebook(f"sqlite:///{template}", "pytorch-course") as gb:
+        for student, when in (("alice", late), ("bob", on_time)):
+            gb.update_or_create_student(student)
+            gb.update_or_create_submission(ASSIGNMENT, student, timestamp=parse_utc(when))
+        hand = gb.find_grade(HAND_GRADED, Path(NOTEBOOK).stem, ASSIGNMENT, "alice")
+        hand.manual_score, hand.needs_manual_grade = 1.0, False
+        gb.db.commit()
+    theirs, ours = (tmp_path / "theirs.db", tmp_path / "ours.db")
+    rows = []
+    for student, when in (("alice", late), ("bob", on_time)):
+        scratch = tmp_path / f"scratch-{student}.db"  # a grading's: the template's, this student on time, none by hand
+        shutil.copy(template, scratch)
+        with Gradebook(f"sqlite:///{scratch}", "pytorch-course") as gb:
+            gb.update_or_create_submission(ASSIGNMENT, student, timestamp=parse_utc(on_time))
+            nb = gb.find_submission_notebook(Path(NOTEBOOK).stem, ASSIGNMENT, student)
+            for grade in nb.grades:
+                grade.manual_score = None
+            gb.db.commit()
+        nbgraders_own_steps(f"sqlite:///{scratch}", config, graded, student)
+        with Gradebook(f"sqlite:///{scratch}", "pytorch-course") as gb:  # as grade_one.scores reads them
+            nb = gb.find_submission_notebook(Path(NOTEBOOK).stem, ASSIGNMENT, student)
+            cells = {g.name: {"score": float(g.score), "max_score": float(g.max_score),
+                              "needs_manual_grade": bool(g.needs_manual_grade)} for g in nb.grades}
+            comments = {c.name: c.auto_comment for c in nb.comments if c.auto_comment}
+        rows.append(Result(student_id=student, assignment=ASSIGNMENT, notebook=NOTEBOOK, status="graded", message="",
+                           cells=cells, comments=comments, timestamp=when))
+    shutil.copy(template, theirs)
+    shutil.copy(template, ours)
+    for row in rows:
+        nbgraders_own_steps(f"sqlite:///{theirs}", config, graded, row.student_id)
+    cd = CourseDirectory(config=config, root=str(course), db_url=f"sqlite:///{ours}")
+    (tmp_path / "out").mkdir()
+    write_rows(cd, config, ASSIGNMENT, NOTEBOOK, rows, tmp_path / "out")
+    for student in ("alice", "bob"):
+        assert recorded(f"sqlite:///{ours}", student) == recorded(f"sqlite:///{theirs}", student), student
+    alice = recorded(f"sqlite:///{ours}", "alice")
+    assert alice["grades"][HAND_GRADED][1:3] == (1.0, True) and alice["late_penalty"] == alice["score"] > 0
+    assert recorded(f"sqlite:///{ours}", "bob")["grades"][f"{SECOND}_hidden"][0] == 0.0

@@ -23,16 +23,44 @@ def test_the_schema_version_read_in_process_is_the_one_nbgraders_alembic_command
     assert nbgrader_patches.alembic_head() == nbgrader_patches.NBGRADERS_ALEMBIC_VERSION()
 
 
-def test_a_grading_opens_one_engine_per_gradebook(tmp_path, monkeypatch):
-    """nbgrader's Gradebook makes its engine through its module's create_engine, the name share_engines replaces."""
+def test_a_grading_opens_its_gradebooks_one_at_a_time_through_one_engine(tmp_path, monkeypatch):
+    """nbgrader's Gradebook makes its engine through its module's create_engine, the name share_engines replaces: one
+    engine for every gradebook of the process, its connections on the file last named; a second file opened while a
+    connection to the first is in use is refused (they would share connections)."""
     monkeypatch.setattr(nbgrader.api, "create_engine", nbgrader.api.create_engine)  # put back after the test
-    monkeypatch.setattr(nbgrader_patches, "ENGINES", {})
-    url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    monkeypatch.setattr(nbgrader_patches, "SHARED", {"engine": None, "file": None})
+    first_url, second_url = (f"sqlite:///{tmp_path / name}" for name in ("first.db", "second.db"))
     nbgrader_patches.share_engines()
-    with Gradebook(url) as first, Gradebook(url) as second:
-        assert first.engine is second.engine is nbgrader_patches.ENGINES[url]
+    with Gradebook(first_url) as first, Gradebook(first_url) as again:
+        first.add_student("alice")
+        assert first.engine is again.engine is nbgrader_patches.SHARED["engine"]
+        first.find_student("alice")  # a transaction begun: a connection to the first file in use
+        with pytest.raises(RuntimeError, match="second gradebook"):
+            Gradebook(second_url)
+    with Gradebook(second_url) as second:
+        assert second.engine is first.engine
+        assert [s.id for s in second.students] == [], "the second file's gradebook shows the first's students"
+        second.add_student("bob")
+    with Gradebook(first_url) as first:
+        assert [s.id for s in first.students] == ["alice"]
     nbgrader_patches.forget_engines()
-    assert nbgrader_patches.ENGINES == {}
+    assert nbgrader_patches.SHARED["file"] is None and nbgrader_patches.SHARED["engine"] is first.engine
+
+
+def test_the_batchs_rehearsal_leaves_nbgraders_own_engines_and_a_compiled_engine_for_the_gradings(tmp_path, monkeypatch):
+    """shared_engine: the one engine while it lasts, then nbgrader's create_engine again (the course's gradebook keeps
+    an engine of its own, whose writes reach the disk); the one engine stays with what it compiled, connections closed."""
+    original = nbgrader.api.create_engine
+    monkeypatch.setattr(nbgrader.api, "create_engine", original)
+    monkeypatch.setattr(nbgrader_patches, "SHARED", {"engine": None, "file": None})
+    with nbgrader_patches.shared_engine():
+        with Gradebook(f"sqlite:///{tmp_path / 'rehearsal.db'}") as gb:
+            gb.add_student("warm-up")
+    assert nbgrader.api.create_engine is original
+    engine = nbgrader_patches.SHARED["engine"]
+    assert engine is not None and engine.pool.checkedout() == 0 and len(engine._compiled_cache) > 0
+    with Gradebook(f"sqlite:///{tmp_path / 'course.db'}") as course:
+        assert course.engine is not engine
 
 
 def test_nbgraders_metadata_validator_checks_each_cell_through_the_schema_checked_once(monkeypatch):
