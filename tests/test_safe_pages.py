@@ -36,7 +36,7 @@ def hostile_notebook():
 
 
 def feedback_exporter():
-    """The feedback's exporter, as the course's configuration makes it (grade_one.warm_up makes it so too)."""
+    """The feedback's exporter, as the course's configuration makes it (GenerateFeedback in grade_one.feedback)."""
     converter = GenerateFeedback(config=load(ROOT, {}))
     return converter.exporter_class(config=converter.config)
 

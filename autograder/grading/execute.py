@@ -35,6 +35,17 @@ def later_tests_of_its_exercise(nb, index: int) -> list[int]:
     return [i for i in range(index + 1, len(nb.cells)) if id(nb.cells[i]) in tests and is_test(nb.cells[i])]
 
 
+def tests_read(nb) -> tuple[list[str], list[str]]:
+    """The step's reading of a notebook's test cells, kept per source (integrity.parsed, judge.as_graded): the names
+    each check compares, each test as the kernel gets it; the functions worth probing, the modules to preload. The
+    batch's process reads its release's tests once (grade_one.warm_up), and every grading it forks finds them read."""
+    sources = [cell.source for cell in nb.cells if is_test(cell)]
+    for source in sources:
+        names_used(source)
+        as_graded(source)
+    return probes_for(sources), preload(sources)
+
+
 class SkippedTest(str):
     """Why a test cell is not run: a test of its exercise ran past the time limit (shown as SKIPPED, not as a stop)."""
 
@@ -108,8 +119,7 @@ class GuardedExecute(Step, Execute):
     def preprocess(self, nb, resources=None, km=None):
         grading = (resources or {}).get(FINDINGS) or Grading()
         self.reset(grading)
-        self.probes = probes_for([cell.source for cell in nb.cells if is_test(cell)])
-        self.preload = preload([cell.source for cell in nb.cells if is_test(cell)])
+        self.probes, self.preload = tests_read(nb)
         try:
             return super().preprocess(nb, resources, km)
         finally:  # a lost kernel raises, and nbgrader then writes no notebook: the grader reads the findings it was given

@@ -23,7 +23,6 @@ from nbgrader.api import Gradebook
 from nbconvert.preprocessors import ExecutePreprocessor as Execute
 from nbgrader.converters import Autograde, BaseConverter, GenerateFeedback
 from nbgrader.coursedir import CourseDirectory
-from nbgrader.nbgraderformat import MetadataValidator
 from nbgrader.utils import parse_utc, setenv
 from sqlalchemy.exc import SAWarning
 from traitlets.config import Config
@@ -34,13 +33,12 @@ from torchcourse.format import HIDDEN, answer_cells, test_cells
 from . import handin, notebook
 from .. import layout
 from ..kernel import processes
-from .feedback import ERROR_NAMES, TIMED_OUT, VISIBLE_RUN, HideHiddenTests, kept_error, message_templates, shown, stopped, wants_visible_run
-from .integrity import parsed
-from .judge import as_graded
+from .feedback import ERROR_NAMES, TIMED_OUT, VISIBLE_RUN, HideHiddenTests, kept_error, stopped, wants_visible_run
+from .execute import tests_read
 from ..kernel.manager import UNFENCED_WARNING
 from .lessons import skippable
 from ..nbgrader_patches import forget_engines, schema_checked_once, share_engines, shared_engine
-from .notebook import FINDINGS, SKIPPED, Grading, is_test
+from .notebook import FINDINGS, SKIPPED, Grading, error_output, is_test
 from ..kernel.relay import visible
 from ..layout import in_scratch, output, replace_file, scratch_gradebook, write_exchange_files
 from ..results import GRADER_FAILED, Job, Result, not_graded, write_result
@@ -327,24 +325,24 @@ def bookkeeping(job: Job, nb) -> None:
 
 
 def warm_up(config: Config, template: Path, assignment: str, notebook: str, tests: dict[str, str]) -> None:
-    """What every grading of the batch would do alike, done once in the batch's own process before it forks them, and
-    inherited: a grading's first steps rehearsed on the release handed in as it is (the notebook a grading builds from
-    it, with the instructor's `tests`; which of its lesson cells need not run; its test cells read as the checks, the
-    verdicts and the feedback read them: the hidden tests are every hand-in's), the feedback page of the released
-    notebook rendered (the modules and caches that loads: nbconvert's filters, its templates compiled, Pygments' lexer,
-    the lesson's code highlighted and its markdown rendered, the hidden test cells' notices highlighted), nbgrader's
-    metadata schema checked, and nbgrader's bookkeeping of a grading done (`bookkeeping`) in a scratch course of its
-    own: SQLAlchemy's first use (0.15 s), and the statements of a grading compiled in the engine it inherits."""
+    """A grading rehearsed once in the batch's own process before it forks them, and what it loads and keeps
+    inherited: the release handed in as it is, its hand-in built with the instructor's `tests` (the hidden tests are
+    every hand-in's) and read as a grading reads it (which lesson cells need not run; the execute step's reading of
+    the tests), then graded as if every test had failed (no kernel: the batch's process must not hold one when it
+    forks) by nbgrader's steps, its scores read and its feedback made (`bookkeeping`): nbgrader's metadata schema
+    checked, SQLAlchemy's first use (0.15 s) and a grading's statements compiled in the engine the gradings inherit,
+    the feedback page's templates compiled, the lesson's code highlighted and its markdown rendered, the tests'
+    notices and messages made."""
     release = nbformat.read(template / "release" / assignment / notebook, as_version=4)
     rehearsed = handin.build(handin.sources(handin.load(nbformat.writes(release).encode()), release), release, tests)
     skippable(rehearsed, release)
-    tests_run = [cell for cell in rehearsed.cells if is_test(cell)]
-    for cell in tests_run:
-        parsed(cell.source)
-        as_graded(cell.source)
-        message_templates(cell.source)
+    tests_read(rehearsed)
+    for cell in rehearsed.cells:
+        if is_test(cell):
+            cell.outputs = [error_output("AssertionError", "")]
+    # the language as a graded notebook has it, from its kernel (ipykernel's): its lexer highlights the code
+    rehearsed.metadata["language_info"] = {**rehearsed.metadata.get("language_info", {}), "pygments_lexer": "ipython3"}
     schema_checked_once()
-    MetadataValidator().validate_nb(release)  # its schema checked (nbgrader_patches.VALIDATORS)
     job = Job(student_id="warm-up", assignment=assignment, notebook=notebook, submitted="", template=str(template),
               scratch=str(template.parent / "warm-up"), out=str(template.parent / "warm-up-out"), config=config,
               tests=tests)
@@ -356,16 +354,6 @@ def warm_up(config: Config, template: Path, assignment: str, notebook: str, test
     finally:
         shutil.rmtree(job.scratch, ignore_errors=True)
         shutil.rmtree(job.out, ignore_errors=True)
-    page = copy.deepcopy(release)
-    # the hidden test cells as the feedback shows them (their code replaced by a notice), highlighted once too
-    page.cells += [nbformat.v4.new_code_cell(shown(c.source)) for c in tests_run if shown(c.source) != c.source]
-    for cell in page.cells:
-        cell.metadata.pop("nbgrader", None)  # a graded cell's part of the page needs its score
-    # the language as a graded notebook has it, from its kernel (ipykernel's): its lexer highlights the code
-    page.metadata["language_info"] = {**page.metadata.get("language_info", {}), "pygments_lexer": "ipython3"}
-    converter = GenerateFeedback(config=config)
-    resources = {"nbgrader": {"notebook": "warm-up", "score": 0, "max_score": 0, "late_penalty": 0}}
-    converter.exporter_class(config=converter.config).from_notebook_node(page, resources=resources)
 
 
 def read_handin(job: Job, data: bytes, release):

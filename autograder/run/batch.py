@@ -214,7 +214,7 @@ def grade_class(options, config, cd, assignment, source, out) -> list[Result]:
             # read once here: a grading process opening the template's gradebook would share its SQLite file
             tests = in_child(handin.instructor_tests, layout.scratch_gradebook(template), assignment, source.stem)
         if parents is not None:  # while the warm kernels start
-            with step("rendering the released notebook's feedback page, to be inherited by every grading"):
+            with step("rehearsing a grading of the release as handed in (no kernel), for every grading to inherit"):
                 grade_one.warm_up(config, template, assignment, source.name, tests)
         with step("running the solution once for the values its tests expect"):
             solution_config = copy.deepcopy(config)  # its kernel forked as the hand-ins' are
