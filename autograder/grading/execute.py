@@ -18,7 +18,7 @@ from traitlets import Float, Integer, default
 from torchcourse.format import HIDDEN, answer_cells, grading, test_cells
 from torchcourse.values import MIME
 
-from .integrity import Canary, isolated, names_used, preload, probes_for, setup, what_changed
+from .integrity import Canary, isolated, names_used, setup, tests_read, what_changed
 from .judge import as_graded, sent, verdict, wants
 from .lessons import skippable
 from ..kernel.manager import SandboxedKernelManager
@@ -33,17 +33,6 @@ def later_tests_of_its_exercise(nb, index: int) -> list[int]:
         return []
     tests = {id(cell) for cell in test_cells(nb, max(answers, key=len))}  # ex1_mean_x tests ex1_mean, not ex1
     return [i for i in range(index + 1, len(nb.cells)) if id(nb.cells[i]) in tests and is_test(nb.cells[i])]
-
-
-def tests_read(nb) -> tuple[list[str], list[str]]:
-    """The step's reading of a notebook's test cells, kept per source (integrity.parsed, judge.as_graded): the names
-    each check compares, each test as the kernel gets it; the functions worth probing, the modules to preload. The
-    batch's process reads its release's tests once (grade_one.warm_up), and every grading it forks finds them read."""
-    sources = [cell.source for cell in nb.cells if is_test(cell)]
-    for source in sources:
-        names_used(source)
-        as_graded(source)
-    return probes_for(sources), preload(sources)
 
 
 class SkippedTest(str):

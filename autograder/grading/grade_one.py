@@ -34,7 +34,7 @@ from . import handin, notebook
 from .. import layout
 from ..kernel import processes
 from .feedback import ERROR_NAMES, TIMED_OUT, VISIBLE_RUN, HideHiddenTests, kept_error, stopped, wants_visible_run
-from .execute import tests_read
+from .integrity import tests_read
 from ..kernel.manager import UNFENCED_WARNING
 from .lessons import skippable
 from ..nbgrader_patches import forget_engines, schema_checked_once, share_engines, shared_engine

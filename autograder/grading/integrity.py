@@ -22,6 +22,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from .judge import as_graded
+from .notebook import is_test
+
 IN_KERNEL = Path(__file__).parent / "in_kernel"  # the code the kernel runs, as Python modules of their own
 
 
@@ -131,6 +134,18 @@ def preload(sources: list[str]) -> list[str]:
         names, _, imports = parsed(source)
         found |= set(imports) | {name for name in names if name in sys.stdlib_module_names}
     return sorted(m for m in found if m.split(".")[0] == "torchcourse" or m.split(".")[0] in sys.stdlib_module_names)
+
+
+def tests_read(nb) -> tuple[list[str], list[str]]:
+    """A notebook's test cells as the execute step reads them, each kept per source (parsed, judge.as_graded): the
+    names each check compares, each test as the kernel gets it; and the functions worth probing, the modules to
+    preload. The batch's process reads its release's tests once (grade_one.warm_up); every grading it forks finds them
+    read."""
+    sources = [cell.source for cell in nb.cells if is_test(cell)]
+    for source in sources:
+        names_used(source)
+        as_graded(source)
+    return probes_for(sources), preload(sources)
 
 
 def prefixes(chains: list[str]) -> set[str]:
