@@ -41,9 +41,10 @@ SHARED: dict = {"engine": None, "file": None}  # a grading's one engine, and the
 def one_engine(url, **kw):
     """nbgrader.api's `create_engine` in a process that shares one engine: that engine, its connections opened on
     the SQLite file `url` names (connections to another file closed first)."""
-    database = make_url(url).database
-    if make_url(url).get_backend_name() != "sqlite" or not database:
-        raise ValueError(f"a grading's gradebooks are SQLite files, not {make_url(url).render_as_string()}")
+    url = make_url(url)
+    database = url.database
+    if url.get_backend_name() != "sqlite" or not database:
+        raise ValueError(f"a grading's gradebooks are SQLite files, not {url.render_as_string()}")
     engine = SHARED["engine"]
     if engine is None:  # SQLAlchemy's pysqlite dialect, its connections made here: on the file of the moment
         engine = SHARED["engine"] = create_engine(

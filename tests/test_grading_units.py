@@ -300,3 +300,23 @@ def test_a_cells_output_may_arrive_as_long_as_the_cell_may_run():
     from autograder.grading.execute import GuardedExecute
     config = course_config.load(ROOT, {})
     assert GuardedExecute(config=config).iopub_timeout == config.Execute.timeout == 120
+
+
+def test_checks_that_cannot_start_say_why_and_name_what_the_set_up_raised():
+    """The set-up and the baseline check go in one request: where the set-up raised, the check never ran, and the
+    error names both (a kernel that answered nothing is said too)."""
+    import asyncio
+
+    from autograder.grading.execute import GuardedExecute
+
+    step = GuardedExecute()
+    for reply, said in (({"status": "error", "ename": "NameError", "evalue": "name 'x' is not defined"},
+                         "the set-up raised NameError: name 'x' is not defined"),
+                        (None, "the kernel did not answer the grader's check")):
+        async def ask(code, reply=reply):
+            assert "start(get_ipython().user_ns" in code and code.rstrip().splitlines()[-1].startswith("raise ")
+            return reply, []
+        step._ask = ask
+        with pytest.raises(RuntimeError, match="could not start in a fresh kernel") as raised:
+            asyncio.run(step._start_checks())
+        assert said in str(raised.value)

@@ -252,8 +252,9 @@ class GuardedExecute(Step, Execute):
         reply, errors = await self._ask(f"{isolated(setup(self.preload))}\n{canary.code}")
         report, problem = canary.read(reply, errors)
         if report is None:
-            why = f"{reply.get('ename')}: {reply.get('evalue')}" if reply and reply.get("status") == "error" else problem
-            raise RuntimeError(f"the grader's checks could not start in a fresh kernel ({problem}; {why})")
+            raised = f"; the set-up raised {reply.get('ename')}: {reply.get('evalue')}" if reply and \
+                reply.get("status") == "error" and reply.get("ename") != canary.error else ""
+            raise RuntimeError(f"the grader's checks could not start in a fresh kernel ({problem}{raised})")
         self.baseline, self.audit = report, report.get("audit", {})
         self.modules_seen = dict(report["modules"])
 
