@@ -3,6 +3,8 @@
 import contextlib
 import copy
 import json
+import shutil
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -320,3 +322,53 @@ def test_checks_that_cannot_start_say_why_and_name_what_the_set_up_raised():
         with pytest.raises(RuntimeError, match="could not start in a fresh kernel") as raised:
             asyncio.run(step._start_checks())
         assert said in str(raised.value)
+
+
+@pytest.mark.slow
+def test_one_pass_in_memory_leaves_what_nbgraders_own_passes_from_the_files_leave(tmp_path):
+    """grade_one.Autograded runs nbgrader's sanitize and autograde steps on the hand-in in memory, in one pass, and
+    keeps the graded notebook; grade_one.Feedback makes the page from it. Graded with every test failing in place of
+    the execute step (grade_one.TestsFailed, the batch's rehearsal: no kernel): the autograded file, the gradebook's rows and the feedback page are those
+    nbgrader's own Autograde (two passes, each reading the file) and GenerateFeedback (reading autograded/) leave, and
+    the notebook kept is the one written. Fails when nbgrader changes what its converters do around the steps."""
+    from nbgrader.api import Gradebook
+    from nbgrader.converters import Autograde, GenerateFeedback
+    from nbgrader.coursedir import CourseDirectory
+
+    from autograder import gradebook, layout
+    from autograder.grading import grade_one
+    from autograder.grading.notebook import Grading
+    from autograder.results import Job
+    from handins import ASSIGNMENT, NOTEBOOK, SECOND, scratch_course, source
+
+    course = scratch_course(tmp_path / "course")
+    config = course_config.load(course, {})
+    template = tmp_path / "template"
+    shutil.copytree(course / "solutions" / ASSIGNMENT, template / "source" / ASSIGNMENT)
+    gradebook.generate_assignment(config, ASSIGNMENT, template, layout.scratch_gradebook(template), template / "release")
+    nb = source()
+    left = {}
+    for way in ("nbgrader's", "ours"):
+        job = Job(student_id="alice", assignment=ASSIGNMENT, notebook=NOTEBOOK, submitted="", template=str(template),
+                  scratch=str(tmp_path / way), out=str(tmp_path / f"{way}-out"), config=config,
+                  timestamp="2026-11-19 10:00:00.000000 UTC")
+        root = grade_one.prepare(job, nb)
+        settings = grade_one.as_if_tests_failed(grade_one.course_config(job, root))
+        made = dict(coursedir=CourseDirectory(config=settings), config=settings)
+        if way == "ours":
+            converter = grade_one.Autograded(**made, grading=Grading(), notebook=nb)
+            converter.start()
+            grade_one.Feedback(**made, graded=converter.graded).start()
+        else:
+            Autograde(**made).start()
+            GenerateFeedback(**made).start()
+        graded = layout.in_scratch(root, "autograded", "alice", ASSIGNMENT, NOTEBOOK)
+        page = layout.in_scratch(root, "feedback", "alice", ASSIGNMENT, Path(NOTEBOOK).with_suffix(".html").name)
+        with Gradebook(layout.scratch_gradebook(root)) as gb:
+            rows = {g.name: (g.auto_score, g.needs_manual_grade)
+                    for g in gb.find_submission_notebook(Path(NOTEBOOK).stem, ASSIGNMENT, "alice").grades}
+        left[way] = (graded.read_text(), page.read_text(), rows)
+        if way == "ours":
+            assert converter.graded == nbformat.read(graded, as_version=4), "the notebook kept is not the one written"
+    assert left["ours"] == left["nbgrader's"]
+    assert left["ours"][2][f"{SECOND}_hidden"] == (0, False) and "AssertionError" in left["ours"][1]

@@ -39,6 +39,7 @@ from ..kernel.manager import UNFENCED_WARNING
 from .lessons import skippable
 from ..nbgrader_patches import forget_engines, schema_checked_once, share_engines, shared_engine
 from .notebook import FINDINGS, SKIPPED, Grading, error_output, is_test
+from .step import Step
 from ..kernel.relay import visible
 from ..layout import in_scratch, output, replace_file, scratch_gradebook, write_exchange_files
 from ..results import GRADER_FAILED, Job, Result, not_graded, write_result
@@ -54,30 +55,57 @@ class GraderError(Exception):
     starting): no row is written, the batch stops, and a rerun grades this student again."""
 
 
+def from_memory(exporter, nb) -> None:
+    """The exporter's notebook `nb`, already in memory, where nbconvert's from_filename reads the notebook's file: it
+    still sets what the file gives (its name, its folder, its date), then reads the open file, which is left unread."""
+    exporter.from_file = lambda _file, resources=None, **kw: exporter.from_notebook_node(nb, resources=resources, **kw)
+
+
 class Autograded(Autograde):
-    """nbgrader's Autograde in one pass: its sanitize steps, then its autograde steps, on the notebook in memory, read
-    and written once (nbgrader runs them as two passes, each reading and writing the notebook); a grading's inputs for
-    the execute step in the notebook's resources (FINDINGS), where the step leaves its findings; keeping the exception
-    a step raised (nbgrader logs it and raises one of its own)."""
+    """nbgrader's Autograde in one pass: its sanitize steps, then its autograde steps, on the notebook in memory, given
+    and kept (nbgrader runs them as two passes, each reading and writing the notebook's file; the file is written
+    once, for formgrader and the output folder); a grading's inputs for the execute step in the notebook's resources
+    (FINDINGS), where the step leaves its findings; keeping the exception a step raised (nbgrader logs it and raises
+    one of its own)."""
     failure: Exception | None = None
 
-    def __init__(self, grading: Grading, **kw):
+    def __init__(self, grading: Grading, notebook, **kw):
         super().__init__(**kw)
         self.grading = grading  # the step's findings land in it too (GuardedExecute.preprocess)
+        self.notebook = notebook  # what the submitted file holds (prepare wrote it)
+        self.graded = None  # the notebook as the steps leave it, and as nbgrader writes it into autograded/
 
     def init_single_notebook_resources(self, notebook_filename):
         return {**super().init_single_notebook_resources(notebook_filename), FINDINGS: self.grading}
 
+    def keep(self, nb, resources):
+        """The last step: the graded notebook kept in memory (the steps work on a copy of the one given)."""
+        self.graded = nb
+        return nb, resources
+
     def convert_single_notebook(self, notebook_filename):
         self.exporter._preprocessors = []  # as Autograde._init_preprocessors does for each of its passes
-        for step in [*self.sanitize_preprocessors, *self.autograde_preprocessors]:
+        for step in [*self.sanitize_preprocessors, *self.autograde_preprocessors, self.keep]:
             self.exporter.register_preprocessor(step)
+        from_memory(self.exporter, self.notebook)
         try:
             with setenv(NBGRADER_EXECUTION="autograde"):  # as nbgrader's autograde pass runs
                 BaseConverter.convert_single_notebook(self, notebook_filename)
         except Exception as error:
             self.failure = error
             raise
+
+
+class Feedback(GenerateFeedback):
+    """nbgrader's GenerateFeedback of the graded notebook in memory (nbgrader reads it again from autograded/)."""
+
+    def __init__(self, graded, **kw):
+        super().__init__(**kw)
+        self.graded = graded
+
+    def convert_single_notebook(self, notebook_filename):
+        from_memory(self.exporter, self.graded)
+        super().convert_single_notebook(notebook_filename)
 
 
 def release_of(job: Job):
@@ -133,22 +161,23 @@ def prepare(job: Job, nb) -> Path:
     return root
 
 
-def autograde(job: Job, nb, skip: dict[int, str], lessons: set[str], retried: bool = False) -> tuple[dict, str | None]:
-    """nbgrader's autograde of `nb` in a fresh scratch course: its execute step's findings, and None or why the kernel
-    was lost. `skip`: cells not to run again, by index; `lessons`: ids of lesson cells the grading does not need."""
+def autograde(job: Job, nb, skip: dict[int, str], lessons: set[str], retried: bool = False) -> tuple[dict, str | None, object]:
+    """nbgrader's autograde of `nb` in a fresh scratch course: its execute step's findings, None or why the kernel was
+    lost, and the graded notebook (None where the kernel was lost: nbgrader writes none). `skip`: cells not to run
+    again, by index; `lessons`: ids of lesson cells the grading does not need."""
     root = prepare(job, nb)
     config = course_config(job, root)
     try:
         expected = layout.read_expected(job.template)
     except (OSError, ValueError) as error:
         raise GraderError(f"the batch's expected values are unreadable ({error})") from None
-    converter = Autograded(coursedir=CourseDirectory(config=config), config=config,
+    converter = Autograded(coursedir=CourseDirectory(config=config), config=config, notebook=nb,
                            grading=Grading(skip=skip, lessons_skipped=lessons, expected=expected))
     try:
         converter.start()
         if converter.grading.findings is None:
             raise GraderError("the course's Autograde.autograde_preprocessors must hold autograder's GuardedExecute")
-        return converter.grading.findings, None
+        return converter.grading.findings, None, converter.graded
     except Exception:  # nbgrader logs the details and raises a generic error: what we need is in the findings
         found = converter.grading.findings
         if found is None:  # the execute step never ran: a step before it raised, or none is configured
@@ -160,7 +189,7 @@ def autograde(job: Job, nb, skip: dict[int, str], lessons: set[str], retried: bo
         if found["lost"] is None:  # a step raised on this hand-in: its row says so (run)
             raise converter.failure or RuntimeError("nbgrader's autograde failed") from None
         return found, (f"ran out of memory (the limit is {found['memory_gib']:g} GiB)" if found["out_of_memory"]
-                       else lost_kernel_reason(found["lost"], found["kernel_exit"], found["timeout"]))
+                       else lost_kernel_reason(found["lost"], found["kernel_exit"], found["timeout"])), None
 
 
 def full_disk(job: Job, error: BaseException) -> str | None:
@@ -283,8 +312,7 @@ def visible_errors(job: Job, nb, graded, skip: dict[int, str], lessons: set[str]
                     or (is_test(cell) and HIDDEN.search(cell.source)))}
     second = replace(job, scratch=f"{job.scratch}-visible")
     try:
-        findings, lost = autograde(second, nb, {**left_out, **skip}, lessons)
-        ran = nbformat.read(in_scratch(second.scratch, "autograded", job.student_id, job.assignment, job.notebook), 4)
+        findings, lost, ran = autograde(second, nb, {**left_out, **skip}, lessons)
     except Exception:  # the graded run's row and feedback stand; the feedback shows no message for these tests
         logging.exception("the run without hidden tests failed")
         return {}
@@ -293,6 +321,7 @@ def visible_errors(job: Job, nb, graded, skip: dict[int, str], lessons: set[str]
         shutil.rmtree(second.scratch, ignore_errors=True)
     if lost:
         logging.warning("the run without hidden tests stopped: %s", lost)
+        return {}
     found = {}
     for cell in ran.cells:
         errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
@@ -301,27 +330,44 @@ def visible_errors(job: Job, nb, graded, skip: dict[int, str], lessons: set[str]
     return found
 
 
-def feedback(job: Job) -> None:
-    """nbgrader's HTML feedback, as the course's configuration makes it, saved as out/feedback/<student>.html."""
+def feedback(job: Job, graded) -> None:
+    """nbgrader's HTML feedback of `graded`, as the course's configuration makes it, saved as
+    out/feedback/<student>.html."""
     config = course_config(job, Path(job.scratch))
-    GenerateFeedback(coursedir=CourseDirectory(config=config), config=config).start()
+    Feedback(coursedir=CourseDirectory(config=config), config=config, graded=graded).start()
     html = in_scratch(job.scratch, "feedback", job.student_id, job.assignment, Path(job.notebook).with_suffix(".html").name)
     replace_file(output(job.out, "feedback", job.student_id), source=html)
 
 
+class TestsFailed(Step):
+    """The execute step's stand-in in a grading rehearsed without a kernel: each test cell fails as an assertion."""
+
+    def preprocess_cell(self, cell, resources, index):
+        if is_test(cell):
+            cell.outputs = [error_output("AssertionError", "")]
+        return cell, resources
+
+
+def as_if_tests_failed(config: Config) -> Config:
+    """`config` with TestsFailed in place of its execute step: a grading with no kernel, every test failing."""
+    steps = config.Autograde.get("autograde_preprocessors", Autograde.class_traits()["autograde_preprocessors"].default())
+    config.Autograde.autograde_preprocessors = [
+        TestsFailed if issubclass(import_item(step) if isinstance(step, str) else step, Execute) else step
+        for step in steps]
+    return config
+
+
 def bookkeeping(job: Job, nb) -> None:
-    """nbgrader's steps of a grading, all but the execute step, on `nb` in the job's scratch course, its scores read
-    and its feedback made (into job.out): in the batch's process, through the one engine its gradings inherit
+    """nbgrader's steps of a grading on `nb` in the job's scratch course, every test failing instead of the execute
+    step (TestsFailed), its scores read and its feedback made (into job.out): in the batch's process, through the one engine its gradings inherit
     (nbgrader_patches.shared_engine), which then holds their statements compiled (SQLAlchemy compiles and keeps them
     per engine: 0.02-0.1 s of a grading's 0.2 s of gradebook work, on 03)."""
     root = prepare(job, nb)
-    config = course_config(job, root)
-    steps = config.Autograde.get("autograde_preprocessors", Autograde.class_traits()["autograde_preprocessors"].default())
-    config.Autograde.autograde_preprocessors = [
-        step for step in steps if not issubclass(import_item(step) if isinstance(step, str) else step, Execute)]
-    Autograded(coursedir=CourseDirectory(config=config), config=config, grading=Grading()).start()
-    scores(job, nbformat.read(in_scratch(root, "autograded", job.student_id, job.assignment, job.notebook), 4))
-    feedback(job)
+    config = as_if_tests_failed(course_config(job, root))
+    converter = Autograded(coursedir=CourseDirectory(config=config), config=config, grading=Grading(), notebook=nb)
+    converter.start()
+    scores(job, converter.graded)
+    feedback(job, converter.graded)
 
 
 def warm_up(config: Config, template: Path, assignment: str, notebook: str, tests: dict[str, str]) -> None:
@@ -337,9 +383,6 @@ def warm_up(config: Config, template: Path, assignment: str, notebook: str, test
     rehearsed = handin.build(handin.sources(handin.load(nbformat.writes(release).encode()), release), release, tests)
     skippable(rehearsed, release)
     tests_read(rehearsed)
-    for cell in rehearsed.cells:
-        if is_test(cell):
-            cell.outputs = [error_output("AssertionError", "")]
     # the language as a graded notebook has it, from its kernel (ipykernel's): its lexer highlights the code
     rehearsed.metadata["language_info"] = {**rehearsed.metadata.get("language_info", {}), "pygments_lexer": "ipython3"}
     schema_checked_once()
@@ -386,7 +429,7 @@ def grade(job: Job) -> Result:
     problems, skip, lessons = [], {}, skippable(nb, release)
     for _ in range(ATTEMPTS):
         clock["nbgrader's autograde"] = time.perf_counter()
-        found, lost = autograde(job, nb, skip, lessons)
+        found, lost, graded = autograde(job, nb, skip, lessons)
         if lost is None:
             break
         status = "timeout" if found["lost"] == "timeout" and found["kernel_exit"] is None else "crashed"
@@ -395,7 +438,6 @@ def grade(job: Job) -> Result:
     else:
         return not_graded(job, problems[0][0], "; ".join(p[1] for p in problems) + ": grading gave up", sha)
     processes.stop_descendants(os.getpid())
-    graded = nbformat.read(in_scratch(job.scratch, "autograded", job.student_id, job.assignment, job.notebook), 4)
     problems += problems_in(graded, found["timeout"], found["memory_gib"])
     if found["out_of_memory"] and not any("out of memory" in said for _, said in problems):  # a child it started, say
         problems.append(("crashed", f"a process of the notebook ran out of memory (the limit is "
@@ -417,7 +459,7 @@ def grade(job: Job) -> Result:
     cells, comments, late, penalty = scores(job, graded)
     clock["feedback"] = time.perf_counter()
     try:
-        feedback(job)
+        feedback(job, graded)
     except Exception as error:  # the row keeps its scores; the page is missing, and the row says so
         if full_disk(job, error):
             raise
