@@ -70,6 +70,9 @@ FAKED_MATH = "import math, operator\nmath.isclose = operator.le  # 0 <= the mean
 # The hidden test of mean compares with statistics.fmean: replaced by the notebook's own function, it agrees.
 FAKED_REFERENCE = "import statistics\nstatistics.fmean = lambda xs: 0\ndef mean(xs):\n    return 0"
 
+# The same with a built-in in place of the reference: not code of the notebook's, but no library's either.
+REFERENCE_BY_A_BUILTIN = "import statistics\nstatistics.fmean = min\ndef mean(xs):\n    return min(xs)"
+
 SHADOWED_BUILTIN = "abs = lambda x: 0  # the clip tests compare with abs(...) < 1e-12\ndef clip(x, low, high):\n    return 0"
 
 # --- getting hidden tests out (expected: graded, as the answers deserve, and no hidden line in any feedback) -------
@@ -336,6 +339,18 @@ def _flip(signum, frame):
     builtins.setattr = _real_setattr if patched else (lambda o, n, v: None if n == "sum" else _real_setattr(o, n, v))
 signal.signal(signal.SIGALRM, _flip)
 signal.setitimer(signal.ITIMER_REAL, 0.01, 0.01)
+def total(xs):
+    return sum(xs)'''
+
+# The same on the shell's event loop: a callback that schedules itself again every millisecond, so that it runs
+# between every two requests the grader sends (issue 40).
+EVENT_LOOP_UNDOES = '''import asyncio, builtins
+_real_setattr = builtins.setattr
+def _flip():
+    patched = builtins.setattr is not _real_setattr
+    builtins.setattr = _real_setattr if patched else (lambda o, n, v: None if n == "sum" else _real_setattr(o, n, v))
+    asyncio.get_running_loop().call_later(0.001, _flip)
+asyncio.get_running_loop().call_soon(_flip)
 def total(xs):
     return sum(xs)'''
 

@@ -62,6 +62,8 @@ def hostile_class(port: int) -> dict[str, tuple]:
                             "a trace function"),
         "faked_math": (handin({FIRST: hostile.FAKED_MATH}), "tampered", BOTH, "math.isclose"),
         "faked_reference": (handin({FIRST: hostile.FAKED_REFERENCE}), "tampered", BOTH, "this hidden test uses"),
+        "reference_by_a_builtin": (handin({FIRST: hostile.REFERENCE_BY_A_BUILTIN}), "tampered", BOTH,
+                                   "this hidden test uses"),
         "shadowed_builtin": (right(**{SECOND: hostile.SHADOWED_BUILTIN}), "tampered", {SECOND}, "this hidden test uses"),
         # getting hidden tests out
         "recorder_prints": (handin(right_answers(), added=[hostile.PRINT_RECORDED], lesson=hostile.RECORDER),
@@ -93,7 +95,7 @@ def hostile_class(port: int) -> dict[str, tuple]:
 # silenced showtraceback are undone by nbgrader's own reading of the kernel's replies, and the trace function finds
 # no line to jump to in this course's one-line asserts: the grader stops them all the same.
 WINS_UNGUARDED = ("input_transformer", "ast_transformer", "run_cell_replaced", "run_cell_class_patched",
-                  "execute_handler", "faked_math", "faked_reference", "shadowed_builtin")
+                  "execute_handler", "faked_math", "faked_reference", "reference_by_a_builtin", "shadowed_builtin")
 
 
 class Listener:

@@ -51,13 +51,14 @@ CLASS = {
     "callbacks_undo": (right(**{TOTAL: hostile.CALLBACKS_UNDO}), "tampered", {TOTAL}),
     "timer_undoes": (right(**{TOTAL: hostile.TIMER_UNDOES}), "tampered", {TOTAL}),
     "alarm_undoes": (right(**{TOTAL: hostile.ALARM_UNDOES}), "tampered", {TOTAL}),
+    "event_loop_undoes": (right(**{TOTAL: hostile.EVENT_LOOP_UNDOES}), "tampered", {TOTAL}),
     "forged_count": (right(**{COUNT: hostile.forged_count("10 ** 60")}), "graded", set()),
     "forged_count_text": (right(**{COUNT: hostile.forged_count("'hidden test text'")}), "graded", set()),
     "zz_right": (right(), "graded", set()),
     "zz_unedited": (handin(assignment=VALUES), "graded", ALL),
 }
-# What wins points where the comparison and `refused` live in the kernel alone (the timer and the alarm win by
-# chance there, so they are not part of the control).
+# What wins points where the comparison and `refused` live in the kernel alone (the timer, the alarm and the
+# event loop's callback win by chance there, so they are not part of the control).
 WINS_IN_THE_KERNEL = {"mode_copies_want": {SCALE}, "source_reader": {SCALE, COUNT}, "judge_patched": {SCALE, COUNT},
                       "testing_replaced": {TOTAL}, "meta_path_finder": {TOTAL}, "builtins_setattr": {TOTAL},
                       "callbacks_undo": {TOTAL}}

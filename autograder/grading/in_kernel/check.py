@@ -7,6 +7,7 @@ NONCE, ERROR (the name of the built-in exception to raise), NAMES, CHAINS, PROBE
 the state itself, not only its digest). Nothing here runs the notebook's code: its objects are read past descriptors.
 """
 import builtins
+import functools
 import gc
 import json
 import math
@@ -17,7 +18,7 @@ import sys
 import threading
 import types
 
-from .notebooks_own import notebooks_own, unwrapped
+from .notebooks_own import notebooks_own, of_builtins, unwrapped
 
 # The kernel's state that decides how a cell runs and how its errors are reported: identities of these callables
 # (their function and code objects), the transformer lists, and the hooks.
@@ -134,9 +135,81 @@ def faked_functions(probed):
     return faked
 
 
+def held_by(thing):
+    """The values an object of a library's class holds in its own dict, read past any descriptor (none runs)."""
+    kind = type(thing)
+    if type.__dict__["__dict__"].__get__(kind).get("__module__") == "__main__":
+        return []  # the notebook's own object: named as such already
+    slot = next((found for klass in type.__dict__["__mro__"].__get__(kind)
+                 if (found := type.__dict__["__dict__"].__get__(klass).get("__dict__")) is not None), None)
+    if type(slot).__name__ != "getset_descriptor":  # no dict, or one the class chose to compute
+        return []
+    held = slot.__get__(thing)
+    return list(held.values()) if type(held) is dict else []
+
+
+def parts(value, depth=0):
+    """A callable and what it carries to call: a partial's function and arguments, a method's function and object, and
+    the callables that object holds (a tornado PeriodicCallback's `callback`). Nothing of it runs."""
+    found = [value]
+    if depth < 3:
+        if isinstance(value, functools.partial):
+            found += [p for v in (value.func, *value.args, *value.keywords.values()) for p in parts(v, depth + 1)]
+        elif isinstance(value, types.MethodType):
+            found += parts(value.__func__, depth + 1) + [value.__self__]
+            found += [p for v in held_by(value.__self__) if callable(v) for p in parts(v, depth + 1)]
+    return found
+
+
+def event_loops():
+    """The kernel's asyncio event loops: the one running this check (the shell's) first, then those of ipykernel's
+    threads (each a tornado IOLoop, which tornado lists)."""
+    loops = []
+    events = sys.modules.get("asyncio.events")
+    running = events._get_running_loop() if events is not None else None
+    ioloop = sys.modules.get("tornado.ioloop")
+    listed = stored(ioloop.IOLoop, "_ioloop_for_asyncio") if ioloop is not None else MISSING
+    for loop in [running, *(list(listed) if isinstance(listed, dict) else [])]:
+        if loop is not None and all(loop is not seen for seen in loops):
+            loops.append(loop)
+    return loops
+
+
+def on_event_loops(namespace):
+    """What the kernel's event loops hold to run later that is the notebook's own: a callback (or what it carries to
+    call) and a task running a coroutine of the notebook's. Between two requests each runs before the next request:
+    a callback that schedules itself again runs between every check and test."""
+    found = []
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return found
+    for loop in event_loops():
+        for _ in range(3):  # another thread's loop can change while it is read
+            try:
+                handles = [*list(loop._ready), *list(loop._scheduled)]
+                tasks = list(asyncio.all_tasks(loop))
+                break
+            except RuntimeError:
+                handles, tasks = [], []
+        for handle in handles:
+            if type(handle) not in (asyncio.Handle, asyncio.TimerHandle):
+                found.append("an event loop callback of a kind of its own")
+            elif not handle._cancelled and any(notebooks_own(p, namespace) or own(p, namespace)
+                                               for p in parts(handle._callback) + [q for a in handle._args or () for q in parts(a)]):
+                found.append(f"an event loop callback ({who(handle._callback)})")
+        for task in tasks:
+            code = getattr(task.get_coro(), "cr_code", None) or getattr(task.get_coro(), "gi_code", None)
+            frame = getattr(task.get_coro(), "cr_frame", None)
+            if code is not None and (frame is not None and frame.f_globals is namespace
+                                     or not os.path.isfile(code.co_filename) or "ipykernel_" in code.co_filename):
+                found.append(f"an asyncio task ({code.co_qualname if hasattr(code, 'co_qualname') else code.co_name})")
+    return found
+
+
 def left_to_run_later(ip, namespace):
     """What the notebook left to run later, which could undo what it changed before a check looks: its own IPython
-    event callbacks, signal handlers and threads (named by the notebook's own code they run), and torch modes."""
+    event callbacks, signal handlers, threads, event loop callbacks and tasks (named by the notebook's own code they
+    run), and torch modes."""
     later = [f"IPython {event} callback {who(f)}" for event, fs in ip.events.callbacks.items() for f in fs
              if notebooks_own(f, namespace)]
     later += [f"a gc callback {who(f)}" for f in gc.callbacks if notebooks_own(f, namespace)]
@@ -160,6 +233,7 @@ def left_to_run_later(ip, namespace):
             frame = frame.f_back
         if mine:
             later.append(f"a thread running the notebook's code ({getattr(thread, 'name', 'started with _thread')})")
+    later += on_event_loops(namespace)
     if "torch" in sys.modules:
         torch_C = sys.modules["torch"]._C
         if torch_C._len_torch_function_stack() or torch_C._len_torch_dispatch_stack():
@@ -204,7 +278,7 @@ def shadowed(namespace, names):
 
 def replaced(namespace, chains):
     """Of the attributes the next test cell reads from a module or a library class (`torch.testing.assert_close`,
-    `F.gelu`), each that is the notebook's own code ("replaced:CHAIN")."""
+    `F.gelu`), each that is the notebook's own code or a built-in such as `min` in its place ("replaced:CHAIN")."""
     found = []
     for chain in chains:
         root, *rest = chain.split(".")
@@ -217,7 +291,8 @@ def replaced(namespace, chains):
             holder = stored(holder, part)
             if holder is MISSING:
                 break
-            if own(holder, namespace):
+            # the notebook's own code, or a built-in of `builtins` standing in for it (`statistics.fmean = min`)
+            if own(holder, namespace) or of_builtins(holder):
                 found.append("replaced:" + ".".join(chain.split(".")[:k]))
                 break
     return found

@@ -18,6 +18,11 @@ def unwrapped(f):
     return f
 
 
+def of_builtins(f):
+    """Whether `f` is a built-in of the `builtins` module (exec, setattr, min), which can stand in for code."""
+    return isinstance(f, types.BuiltinFunctionType) and getattr(getattr(f, "__self__", None), "__name__", None) == "builtins"
+
+
 def notebooks_own(f, space, depth=0):
     """Whether `f` is the notebook's code. Nothing of it runs: its type's own dict is read past any descriptor."""
     f = unwrapped(f)
@@ -25,7 +30,7 @@ def notebooks_own(f, space, depth=0):
         path = f.__code__.co_filename
         return f.__globals__ is space or not os.path.isfile(path) or "ipykernel_" in path
     if isinstance(f, (types.BuiltinFunctionType, types.BuiltinMethodType)):
-        return getattr(getattr(f, "__self__", None), "__name__", None) == "builtins"
+        return of_builtins(f)
     if type.__dict__["__dict__"].__get__(type(f)).get("__module__") == "__main__":
         return True
     call = type.__dict__["__dict__"].__get__(type(f)).get("__call__") if depth == 0 else None  # a callable instance
