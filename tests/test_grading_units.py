@@ -141,6 +141,36 @@ def test_what_a_notebook_leaves_behind_is_named_in_a_real_kernel():
         assert "sys.audit" in canary.read(*ask(canary.code))[1]
 
 
+
+# What a notebook can leave waiting on the kernel's event loops, each tried in a kernel of its own
+ON_EVENT_LOOPS = {
+    "a callback that schedules itself again": "def again():\n    asyncio.get_running_loop().call_later(0.01, again)\n"
+                                              "asyncio.get_running_loop().call_soon(again)",
+    "tornado's PeriodicCallback": "import tornado.ioloop\ntornado.ioloop.PeriodicCallback(lambda: None, 5).start()",
+    "a built-in to put a function back": "asyncio.get_running_loop().call_later(60, setattr, math, 'isclose', math.isclose)",
+    "a task": "async def waits():\n    await asyncio.sleep(60)\nasyncio.ensure_future(waits())",
+    "another thread's loop": "_there = get_ipython().kernel.control_thread.io_loop\n"
+                             "def again_there():\n    _there.call_later(0.01, again_there)\n_there.add_callback(again_there)",
+}
+
+
+@pytest.mark.parametrize("family", ON_EVENT_LOOPS)
+def test_what_a_notebook_leaves_on_an_event_loop_is_named_in_a_real_kernel(family):
+    """After the grader's setup, a fresh kernel's loops hold nothing of a notebook's; each family is then named by
+    the next check, by its kind."""
+    with real_kernel() as ask:
+        def later():
+            canary = integrity.Canary([], [], [])
+            found, problem = canary.read(*ask(canary.code))
+            assert problem is None, problem
+            return [integrity.later_kind(entry) for entry in found["later"]]
+
+        assert ask(integrity.isolated(integrity.setup([])) + "\nimport asyncio, math")[0]["status"] == "ok"
+        assert later() == [], "a fresh kernel"
+        assert ask(ON_EVENT_LOOPS[family])[0]["status"] == "ok"
+        found = later()
+        assert found and set(found) <= {"an event loop callback", "an asyncio task"}, found
+
 FAKE_EVERY_LIBRARY_PROBE = """import math, numpy as np, torch
 yes = lambda *args, **kwargs: True
 math.isclose = np.allclose = np.array_equal = torch.allclose = torch.equal = torch.autograd.gradcheck = yes

@@ -153,47 +153,6 @@ print(json.dumps([counts, type(g["EXCEPTION"]).__name__]))
     assert counts == {"thread": 2, "trace": 2} and error in integrity.CANARIES
 
 
-def test_the_notebooks_code_waiting_on_an_event_loop_is_named(tmp_path):
-    """In a kernel of ipykernel's, a check names what the notebook left on an event loop: a callback that schedules
-    itself again (the shell's loop, directly or through tornado's PeriodicCallback; the control thread's loop), a
-    builtin it carries (setattr, to put a faked function back), a task running the notebook's coroutine; not the
-    kernel's own timers and tasks."""
-    from jupyter_client.manager import start_new_kernel
-
-    def later(kc) -> list[str]:
-        canary = integrity.Canary()
-        errors = []
-        reply = kc.execute_interactive(canary.code, output_hook=lambda m: m["msg_type"] == "error" and errors.append(
-            m["content"]), timeout=30)["content"]
-        report, problem = canary.read(reply, errors)
-        assert problem is None, problem
-        return report["later"]
-
-    km, kc = start_new_kernel(extra_arguments=["--InteractiveShell.xmode=Plain"])
-    try:
-        kc.execute_interactive(integrity.isolated(integrity.setup([])), timeout=30)
-        assert later(kc) == [], "a fresh kernel holds nothing of a notebook's"
-        kc.execute_interactive("import asyncio, math\n"
-                               "def again():\n    asyncio.get_running_loop().call_later(0.01, again)\n"
-                               "asyncio.get_running_loop().call_soon(again)", timeout=30)
-        assert [entry.split(" (")[0] for entry in later(kc)] == ["an event loop callback"]
-        for cell in ("import functools, tornado.ioloop\n"
-                     "tornado.ioloop.PeriodicCallback(lambda: None, 5).start()",
-                     "asyncio.get_running_loop().call_later(60, setattr, math, 'isclose', math.isclose)",
-                     "async def waits():\n    await asyncio.sleep(60)\nasyncio.ensure_future(waits())",
-                     "_there = get_ipython().kernel.control_thread.io_loop  # another thread's loop\n"
-                     "def again_there():\n    _there.call_later(0.01, again_there)\n_there.add_callback(again_there)"):
-            km.restart_kernel(now=True)
-            kc.wait_for_ready(timeout=60)
-            kc.execute_interactive(integrity.isolated(integrity.setup([])) + "\nimport asyncio, math", timeout=30)
-            kc.execute_interactive(cell, timeout=30)
-            found = [integrity.later_kind(entry) for entry in later(kc)]
-            assert found and set(found) <= {"an event loop callback", "an asyncio task"}, (cell, found)
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
-
-
 def test_a_builtin_in_place_of_what_a_test_reads_is_named_and_a_frozen_modules_function_is_not():
     """`statistics.fmean = min` puts no code of the notebook's in place of the reference a hidden test reads, but a
     built-in of `builtins` standing in for it; `os.path.join` (a frozen module's function, with no file) is a

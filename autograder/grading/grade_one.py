@@ -161,7 +161,8 @@ def prepare(job: Job, nb) -> Path:
     return root
 
 
-def autograde(job: Job, nb, skip: dict[int, str], lessons: set[str], retried: bool = False) -> tuple[dict, str | None, object]:
+def autograde(job: Job, nb, skip: dict[int, str], lessons: set[str],
+              retried: bool = False) -> tuple[dict, str | None, object]:
     """nbgrader's autograde of `nb` in a fresh scratch course: its execute step's findings, None or why the kernel was
     lost, and the graded notebook (None where the kernel was lost: nbgrader writes none). `skip`: cells not to run
     again, by index; `lessons`: ids of lesson cells the grading does not need."""
@@ -359,9 +360,9 @@ def as_if_tests_failed(config: Config) -> Config:
 
 def bookkeeping(job: Job, nb) -> None:
     """nbgrader's steps of a grading on `nb` in the job's scratch course, every test failing instead of the execute
-    step (TestsFailed), its scores read and its feedback made (into job.out): in the batch's process, through the one engine its gradings inherit
-    (nbgrader_patches.shared_engine), which then holds their statements compiled (SQLAlchemy compiles and keeps them
-    per engine: 0.02-0.1 s of a grading's 0.2 s of gradebook work, on 03)."""
+    step (TestsFailed), its scores read and its feedback made (into job.out): in the batch's process, through the one
+    engine its gradings inherit (nbgrader_patches.shared_engine), which then holds their statements compiled
+    (SQLAlchemy compiles and keeps them per engine: 0.02-0.1 s of a grading's 0.2 s of gradebook work, on 03)."""
     root = prepare(job, nb)
     config = as_if_tests_failed(course_config(job, root))
     converter = Autograded(coursedir=CourseDirectory(config=config), config=config, grading=Grading(), notebook=nb)

@@ -194,7 +194,7 @@ class Canary:
 
 IPYTHON_EVENTS = ("pre_execute", "pre_run_cell", "post_execute", "post_run_cell", "shell_initialized")
 LATER_KINDS = ("a gc callback", "a thread running the notebook's code", "an active torch function or dispatch mode",
-               "an event loop callback", "an asyncio task")
+               "an event loop callback", "an event loop of a kind of its own", "an asyncio task")
 
 
 def later_kind(entry) -> str:

@@ -11,14 +11,14 @@ import functools
 import gc
 import json
 import math
-import os
 import re
 import signal
 import sys
 import threading
 import types
+import weakref
 
-from .notebooks_own import notebooks_own, of_builtins, unwrapped
+from .notebooks_own import notebooks_own, of_builtins, runs_in, unwrapped
 
 # The kernel's state that decides how a cell runs and how its errors are reported: identities of these callables
 # (their function and code objects), the transformer lists, and the hooks.
@@ -177,32 +177,44 @@ def event_loops():
 
 def on_event_loops(namespace):
     """What the kernel's event loops hold to run later that is the notebook's own: a callback (or what it carries to
-    call) and a task running a coroutine of the notebook's. Between two requests each runs before the next request:
-    a callback that schedules itself again runs between every check and test."""
-    found = []
+    call), and a task running a coroutine of the notebook's. Each runs after a request, before the next one: a
+    callback that schedules itself again runs between every check and test."""
     asyncio = sys.modules.get("asyncio")
     if asyncio is None:
-        return found
+        return []
+    found = []
     for loop in event_loops():
+        kind = type.__dict__["__dict__"].__get__(type(loop)).get("__module__", "")
+        if not isinstance(kind, str) or not kind.startswith("asyncio."):  # its attributes could run the notebook's code
+            found.append("an event loop of a kind of its own")
+            continue
         for _ in range(3):  # another thread's loop can change while it is read
             try:
                 handles = [*list(loop._ready), *list(loop._scheduled)]
-                tasks = list(asyncio.all_tasks(loop))
                 break
             except RuntimeError:
-                handles, tasks = [], []
+                handles = []
         for handle in handles:
             if type(handle) not in (asyncio.Handle, asyncio.TimerHandle):
                 found.append("an event loop callback of a kind of its own")
-            elif not handle._cancelled and any(notebooks_own(p, namespace) or own(p, namespace)
-                                               for p in parts(handle._callback) + [q for a in handle._args or () for q in parts(a)]):
+            elif not handle._cancelled and any(notebooks_own(p, namespace) or own(p, namespace) for p in [
+                    *parts(handle._callback), *(q for a in handle._args or () for q in parts(a))]):
                 found.append(f"an event loop callback ({who(handle._callback)})")
-        for task in tasks:
-            code = getattr(task.get_coro(), "cr_code", None) or getattr(task.get_coro(), "gi_code", None)
-            frame = getattr(task.get_coro(), "cr_frame", None)
-            if code is not None and (frame is not None and frame.f_globals is namespace
-                                     or not os.path.isfile(code.co_filename) or "ipykernel_" in code.co_filename):
-                found.append(f"an asyncio task ({code.co_qualname if hasattr(code, 'co_qualname') else code.co_name})")
+    # every loop's tasks, from asyncio's own sets (3.11's _all_tasks, 3.12's _scheduled_tasks and _eager_tasks):
+    # all_tasks() would call each task's get_loop(), which a Task subclass of the notebook's could define
+    module = sys.modules.get("asyncio.tasks")
+    sets = [stored(module, name) for name in ("_all_tasks", "_scheduled_tasks", "_eager_tasks")] if module else []
+    for task in [task for kept in sets if type(kept) in (weakref.WeakSet, set) for task in list(kept)]:
+        if type(task) is not asyncio.Task:
+            found.append("an asyncio task of a kind of its own")
+            continue
+        coroutine = task.get_coro()
+        if own(coroutine, namespace):  # an awaitable of the notebook's own class: its attributes would run its code
+            found.append("an asyncio task of a kind of its own")
+            continue
+        code, frame = getattr(coroutine, "cr_code", None), getattr(coroutine, "cr_frame", None)
+        if code is not None and runs_in(code, frame.f_globals if frame is not None else None, namespace):
+            found.append(f"an asyncio task ({code.co_name})")
     return found
 
 
@@ -228,8 +240,7 @@ def left_to_run_later(ip, namespace):
         runs = [getattr(thread, "_target", None), getattr(thread, "function", None), type(thread).run] if thread else []
         mine = any(f is not None and notebooks_own(f, namespace) for f in runs)
         while frame is not None and thread is None and not mine:  # a thread of _thread's own: the code on its stack
-            path = frame.f_code.co_filename
-            mine = frame.f_globals is namespace or not os.path.isfile(path) or "ipykernel_" in path
+            mine = runs_in(frame.f_code, frame.f_globals, namespace)
             frame = frame.f_back
         if mine:
             later.append(f"a thread running the notebook's code ({getattr(thread, 'name', 'started with _thread')})")
