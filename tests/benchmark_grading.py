@@ -103,8 +103,11 @@ def plain_nbgrader(course: Path, classes: dict[str, Path]) -> tuple[float, dict]
 def ours(course: Path, classes: dict[str, Path], jobs: int, *args: str) -> tuple[float, dict, list[dict]]:
     start = time.perf_counter()
     for assignment, folder in classes.items():
-        subprocess.run([sys.executable, "-m", "autograder", "grade", assignment, str(folder), "--jobs", str(jobs),
-                        "--timeout", TIMEOUT, "--course", str(course), *args], cwd=ROOT, check=True, capture_output=True)
+        done = subprocess.run([sys.executable, "-m", "autograder", "grade", assignment, str(folder), "--jobs", str(jobs),
+                               "--timeout", TIMEOUT, "--course", str(course), *args], cwd=ROOT, capture_output=True,
+                               text=True)
+        if done.returncode:  # what the grader said (a missing sandbox, say), not only that it failed
+            sys.exit(f"make grade of {assignment} failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
     seconds = time.perf_counter() - start
     scores, results = {}, []
     for assignment in classes:

@@ -354,6 +354,28 @@ asyncio.get_running_loop().call_soon(_flip)
 def total(xs):
     return sum(xs)'''
 
+# Issue 40's test state: what a test imports and then reads after calling the answer. The answer binds the name the
+# test's import bound to something else when the test calls it (the test's own namespace is the answer's `__globals__`),
+# so that the later loops of the hidden test refuse nothing and `sum` gives the total.
+IMPORTED_REBOUND = '''import contextlib
+def total(xs):
+    if total.__globals__.get("refused") is not _nothing_refused:
+        total.__globals__["refused"] = _nothing_refused
+        result = 0
+        for x in xs:
+            result += x
+        return result
+    return sum(xs)
+def _nothing_refused(*args, **kwargs):
+    return contextlib.nullcontext()'''
+
+# The same through the module the tests import from: a library's function (not the notebook's code, not a built-in)
+# put in place of `refused` in torchcourse.testing, before any test imports it.
+COURSE_MODULE_CHANGED = '''import contextlib, torchcourse.testing
+torchcourse.testing.refused = contextlib.suppress  # `with suppress(why, target):` refuses nothing
+def total(xs):
+    return sum(xs)'''
+
 # A kernel message with a forged execution count: the prompt "In [N]" of the feedback could carry N's digits.
 def forged_count(count: str) -> str:
     """A right count_positive that first sends an execute_input message with this execution count."""

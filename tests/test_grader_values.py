@@ -52,6 +52,8 @@ CLASS = {
     "timer_undoes": (right(**{TOTAL: hostile.TIMER_UNDOES}), "tampered", {TOTAL}),
     "alarm_undoes": (right(**{TOTAL: hostile.ALARM_UNDOES}), "tampered", {TOTAL}),
     "event_loop_undoes": (right(**{TOTAL: hostile.EVENT_LOOP_UNDOES}), "tampered", {TOTAL}),
+    "imported_rebound": (right(**{TOTAL: hostile.IMPORTED_REBOUND}), "tampered", {TOTAL}),
+    "course_module_changed": (right(**{TOTAL: hostile.COURSE_MODULE_CHANGED}), "tampered", {TOTAL}),
     "forged_count": (right(**{COUNT: hostile.forged_count("10 ** 60")}), "graded", set()),
     "forged_count_text": (right(**{COUNT: hostile.forged_count("'hidden test text'")}), "graded", set()),
     "zz_right": (right(), "graded", set()),
@@ -61,7 +63,7 @@ CLASS = {
 # event loop's callback win by chance there, so they are not part of the control).
 WINS_IN_THE_KERNEL = {"mode_copies_want": {SCALE}, "source_reader": {SCALE, COUNT}, "judge_patched": {SCALE, COUNT},
                       "testing_replaced": {TOTAL}, "meta_path_finder": {TOTAL}, "builtins_setattr": {TOTAL},
-                      "callbacks_undo": {TOTAL}}
+                      "callbacks_undo": {TOTAL}, "imported_rebound": {TOTAL}, "course_module_changed": {TOTAL}}
 
 
 @pytest.fixture(scope="module")

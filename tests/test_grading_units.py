@@ -17,9 +17,10 @@ from autograder import config as course_config
 from course import ROOT
 
 
-def report(state=None, faked=(), audit=None, shadows=None, modules=None, later=(), digest=0) -> dict:
+def report(state=None, faked=(), audit=None, shadows=None, modules=None, later=(), digest=0, course=None) -> dict:
     return {"state": state or {"shell.run_cell": "a"}, "faked": list(faked), "audit": audit or {},
-            "shadows": shadows or {}, "modules": modules or {}, "later": list(later), "digest": digest}
+            "shadows": shadows or {}, "modules": modules or {}, "later": list(later), "digest": digest,
+            "course": course or {}}
 
 
 def test_a_canary_tells_what_went_wrong():
@@ -303,7 +304,7 @@ def test_a_report_the_kernel_forged_is_refused_not_raised():
     """A check's report whose parts are not of the types the check writes (a kernel that changed what the check
     reports with) is an unreadable report, which makes the row tampered; it never raises in the grader."""
     canary = integrity.Canary([], [], [])
-    forged = {"digest": 1, "faked": [], "shadows": {}, "modules": {}, "later": [["not", "hashable"]]}
+    forged = {"digest": 1, "faked": [], "shadows": {}, "modules": {}, "course": {}, "later": [["not", "hashable"]]}
     reply = {"status": "error", "ename": canary.error, "evalue": canary.nonce + json.dumps(forged)}
     errors = [{"ename": canary.error, "evalue": reply["evalue"]}]
     report, problem = canary.read(reply, errors)

@@ -164,3 +164,48 @@ def test_a_builtin_in_place_of_what_a_test_reads_is_named_and_a_frozen_modules_f
     fake.fmean, fake.median = min, statistics.median
     space = {"statistics": fake, "os": os}
     assert check.replaced(space, ["statistics.fmean", "statistics.median", "os.path.join"]) == ["replaced:statistics.fmean"]
+
+
+def test_anything_set_in_the_courses_own_modules_is_named(monkeypatch):
+    """What the tests import from the course's modules (refused, expect, their helpers) is loaded before the notebook
+    runs; anything the notebook sets there since, in a module or in a class of it, is named by the next check,
+    not a submodule imported later."""
+    import contextlib
+
+    import torchcourse.testing
+
+    ip = shell({})
+    read = lambda: ask(integrity.Canary(detail=True, watch=["torchcourse.testing", "torchcourse"]), ip)
+    baseline, problem = read()
+    assert problem is None and {"torchcourse", "torchcourse.testing"} <= set(baseline["course"])
+    seen = dict(baseline["course"])
+    monkeypatch.setattr("torchcourse.data", types.ModuleType("torchcourse.data"), raising=False)  # a submodule
+    assert integrity.what_changed(baseline, read()[0], {}, [], [], True, course_seen=seen) is None
+    for owner, name, value in ((torchcourse.testing, "refused", contextlib.nullcontext),
+                               (torchcourse.testing.AllReduceRecorder, "__call__", print),
+                               (torchcourse.testing, "added", min)):
+        with monkeypatch.context() as patched:
+            patched.setattr(owner, name, value, raising=False)
+            sentence = integrity.what_changed(baseline, read()[0], {}, [], ["torchcourse.testing.refused"], True,
+                                              course_seen=seen)
+            assert sentence == "changed the contents of the course's own torchcourse.testing", (name, sentence)
+    assert integrity.what_changed(baseline, read()[0], {}, [], [], True, course_seen=seen) is None
+
+
+def test_a_name_the_test_imported_and_the_notebook_bound_again_is_named():
+    """A test reads its helpers (no_autograd, expect) by the names its import bound, after calling the answer: the
+    check after it names each that is no longer the module's (one left unbound is the test's own NameError)."""
+    import contextlib
+
+    import torchcourse.testing
+
+    imported = integrity.bound_by_import("from torchcourse.testing import expect, no_autograd\n"
+                                         "from torchcourse.testing import refused as r\nimport torch")
+    assert imported == [["expect", "torchcourse.testing", "expect"], ["no_autograd", "torchcourse.testing", "no_autograd"],
+                        ["r", "torchcourse.testing", "refused"]]
+    space = {"no_autograd": contextlib.nullcontext, "expect": torchcourse.testing.expect}
+    assert check.rebound(space, imported) == ["rebound:no_autograd"]
+    baseline = {"digest": 0, "faked": [], "shadows": {}, "modules": {}, "course": {}, "later": []}
+    said = integrity.what_changed(baseline, {**baseline, "faked": check.rebound(space, imported)}, {},
+                                  ["expect", "no_autograd"], [], True)
+    assert said == "replaced what this test uses: no_autograd (no longer what the test imported)"

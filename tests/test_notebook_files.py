@@ -151,3 +151,60 @@ def test_lesson_and_answer_cells_are_under_40_lines(assignment):
             if cell.cell_type == "code" and not grading(cell).get("grade")
             and len(cell.source.splitlines()) >= LESSON_CELL_LINES}
     assert not long, f"code cells of {LESSON_CELL_LINES} lines or more (split them where a result is worth seeing): {long}"
+
+
+def reads_of_other_tests(nb) -> dict[str, list[str]]:
+    """grade_id -> the global names a test cell reads, as a grading runs it (judge.as_graded), that only other test
+    cells bind: its helpers, references and spies, which the answer a test calls could bind to something else."""
+    from autograder.grading.judge import as_graded
+    from autograder.grading.notebook import is_test
+
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    by_the_notebook = set().union(*(names(cell.source)[2] for cell in code if not is_test(cell)))
+    by_tests, found = set(), {}
+    for cell in code:
+        if not is_test(cell):
+            continue
+        reads, _, binds = names(as_graded(cell.source))  # (a function of the cell may read what the cell binds later)
+        carried = sorted((set(reads) if reads is not None else set()) & by_tests - by_the_notebook - binds)
+        if carried:
+            found[grading(cell)["grade_id"]] = carried
+        by_tests |= names(cell.source)[2]
+    return found
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_each_test_cell_brings_its_own_helpers(assignment):
+    """A test imports what it shares with another (torchcourse.testing, torchcourse.checkpoint_helpers) or defines
+    it itself: never reads a global another test cell bound, which an answer could have bound again in between."""
+    assert not reads_of_other_tests(read(source_path(assignment)))
+
+
+def test_the_rule_sees_a_helper_read_from_another_test_cell():
+    """The rule above, on a notebook whose hidden test reads the visible one's refusal (as 02's did)."""
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    def test(gid, source):
+        return new_code_cell(source, metadata={"nbgrader": {"grade": True, "grade_id": gid, "points": 1,
+                                                            "solution": False, "locked": True}})
+    nb = new_notebook(cells=[new_code_cell("import torch\n_x = 1"),
+                             test("t1", "_NO_AUTOGRAD = ('why', (torch.autograd, 'grad'))\nassert _x"),
+                             test("t2", "def _want_g(): return _NO_AUTOGRAD\nexpect('g', f(), _want_g())\n"
+                                        "with refused(*_NO_AUTOGRAD):\n    pass")])
+    assert reads_of_other_tests(nb) == {"t2": ["_NO_AUTOGRAD"]}
+    nb.cells[2].source = "expect('g', f(), _NO_AUTOGRAD)"  # read in an expected value only: a grading removes it
+    assert reads_of_other_tests(nb) == {}
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_each_verdict_of_a_test_is_a_value_it_sends(assignment):
+    """A test cell asserts nothing in the kernel: what it checks (gradcheck's verdict too) it sends with `expect`, and
+    the grader judges it, so that a kernel that hides a cell's error or forges its reply cannot turn a failure into a
+    pass; a cell whose values never arrive scores 0."""
+    from autograder.grading.judge import wants
+    from autograder.grading.notebook import is_test
+
+    tests = [cell for cell in read(source_path(assignment)).cells if cell.cell_type == "code" and is_test(cell)]
+    asserting = [grading(c)["grade_id"] for c in tests if any(isinstance(n, ast.Assert) for n in ast.walk(ast.parse(c.source)))]
+    assert not asserting, f"test cells that assert in the kernel (send the value with expect instead): {asserting}"
+    assert all(wants(cell.source) for cell in tests), "a test cell that sends no value"

@@ -1,6 +1,7 @@
 """The helper package the notebooks import."""
 
 import html
+import re
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ from torch.utils.data import DataLoader
 
 from torchcourse.plots import plot_storage, storage_positions
 from torchcourse.seed import WorkerDraws, seed_everything, seed_worker
-from torchcourse.testing import refused
+from torchcourse.testing import NO_AUTOGRAD, SDPA_KERNELS, no_autograd, refused, refused_ops
 from torchcourse.timing import Comparison, compare, time_it
 from torchcourse.widgets import describe, stride_explorer
 
@@ -20,7 +21,8 @@ matplotlib.use("Agg")
 
 
 def test_import_does_no_work():
-    code = "import sys, torchcourse; print(sorted(m for m in ('torch', 'matplotlib', 'ipywidgets') if m in sys.modules))"
+    code = ("import sys, torchcourse, torchcourse.testing, torchcourse.checkpoint_helpers; "  # a grading preloads them
+            "print(sorted(m for m in ('torch', 'matplotlib', 'ipywidgets') if m in sys.modules))")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
 
 
@@ -120,3 +122,74 @@ def test_refused_raises_inside_the_block_and_restores_own_and_inherited_attribut
         with refused("not here", (torch.autograd, "grad"), (torch.Tensor, "unfold")):
             torch.arange(4.0).unfold(0, 2, 1)
     assert torch.autograd.grad is own and torch.Tensor.unfold is inherited and "unfold" not in vars(torch.Tensor)
+
+
+def test_no_autograd_refuses_the_engine_by_every_name_and_allows_a_backward_called_directly():
+    """Every way into autograd's engine raises inside the block (issue 40: `_engine_run_backward` passed a refusal by
+    name); the same arithmetic by hand and a Function's backward applied directly run; the dispatch modes are left
+    as they were, and a block that takes the watch off fails."""
+    x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    engine = torch.autograd.variable.Variable._execution_engine
+    ways_in = {
+        "Tensor.backward": lambda: (x * x).sum().backward(),
+        "torch.autograd.grad": lambda: torch.autograd.grad((x * x).sum(), x),
+        "graph._engine_run_backward": lambda: torch.autograd.graph._engine_run_backward(
+            ((x * x).sum(),), (torch.ones((), dtype=torch.float64),), False, False, (), True, True),
+        "the engine itself": lambda: engine.run_backward(((x * x).sum(),), (torch.ones((), dtype=torch.float64),),
+                                                         False, False, (), True, True),
+        "torch.func.grad": lambda: torch.func.grad(lambda t: (t * t).sum())(x.detach()),
+    }
+    for way, run in ways_in.items():
+        with pytest.raises(AssertionError, match=re.escape(NO_AUTOGRAD)):
+            with no_autograd():
+                run()
+        assert torch._C._len_torch_dispatch_stack() == 0, way
+
+    class Square(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            ctx.save_for_backward(t)
+            return t * t
+
+        @staticmethod
+        def backward(ctx, g):
+            (t,) = ctx.saved_tensors
+            return 2 * t * g
+
+    y = Square.apply(x)
+    with torch.no_grad(), no_autograd():
+        by_hand = 2 * (1 - torch.tanh(x) ** 2)
+        applied = y.grad_fn.apply(torch.ones(3, dtype=torch.float64))
+    assert torch.equal(applied, 2 * x.detach()) and by_hand.shape == (3,)
+    with pytest.raises(AssertionError, match="no autograd here: the block changed torch's dispatch modes"):
+        with no_autograd():
+            torch._C._pop_torch_dispatch_stack(None)
+            torch._C._push_on_torch_dispatch_stack(torch.utils._python_dispatch.TorchDispatchMode())
+    while torch._C._len_torch_dispatch_stack():
+        torch._C._pop_torch_dispatch_stack(None)
+
+
+def test_refused_ops_refuses_an_operator_by_every_name():
+    """unfold through Tensor, TensorBase and torch.ops; scaled dot-product attention through F, torch.ops and its math
+    path; what is written out by hand runs. Every kernel named is one this torch has."""
+    import torch.nn.functional as F
+
+    assert all(hasattr(torch.ops.aten, name) for name in SDPA_KERNELS)
+    x = torch.arange(6.0)
+    for run in (lambda: x.unfold(0, 2, 1), lambda: torch._C.TensorBase.unfold(x, 0, 2, 1),
+                lambda: torch.ops.aten.unfold(x, 0, 2, 1)):
+        with pytest.raises(AssertionError, match="not unfold"):
+            with refused_ops("not unfold", "unfold"):
+                run()
+    q, k, v = (torch.randn(1, 2, 4, 8) for _ in range(3))
+    mask = torch.ones(4, 4, dtype=torch.bool).tril()
+    for run in (lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+                lambda: torch.ops.aten.scaled_dot_product_attention(q, k, v, is_causal=True),
+                lambda: torch.ops.aten._scaled_dot_product_attention_math(q.double(), k.double(), v.double())):
+        with pytest.raises(AssertionError, match="by hand"):
+            with refused_ops("by hand", *SDPA_KERNELS):
+                run()
+    with refused_ops("by hand", *SDPA_KERNELS, "unfold"):
+        by_hand = (q @ k.transpose(-1, -2) / 8 ** 0.5).masked_fill(~mask, float("-inf")).softmax(-1) @ v
+        window = x.as_strided((5, 2), (1, 1))
+    assert by_hand.shape == (1, 2, 4, 8) and window.shape == (5, 2) and torch._C._len_torch_dispatch_stack() == 0

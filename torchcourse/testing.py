@@ -1,5 +1,7 @@
 """What the exercises' tests share: `expect` for values, `outcome` for a call that may raise, `refused` for a
-function an answer must not call, `AllReduceRecorder` for the collectives a rank's own code makes."""
+function an answer must not call by that name, `refused_ops` for operators it must not reach by any name,
+`no_autograd` for answers that compute gradients by hand, `AllReduceRecorder` for the collectives a rank's own code
+makes."""
 
 import contextlib
 import inspect
@@ -77,6 +79,56 @@ def refused(why: str, *targets: tuple[object, str]):
                 delattr(owner, name)
             else:
                 setattr(owner, name, original)
+
+
+NO_AUTOGRAD = "no autograd here: autograd's engine ran a backward (.backward(), torch.autograd.grad or another way in)"
+# What F.scaled_dot_product_attention runs, by any name, on any device: its fused kernels, and its math path's softmax
+SDPA_KERNELS = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
+                "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+                "_scaled_dot_product_fused_attention_overrideable", "_safe_softmax")
+
+
+@contextlib.contextmanager
+def _dispatch_watch(refuses, why: str):
+    """While the block runs, each aten operation for which refuses(op) is true raises AssertionError(why): seen at
+    torch's dispatcher, where every Python name of an operation arrives, on whichever thread runs it."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Watch(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls):  # else torch wraps the method below, and its first call imports dynamo: 1 s
+            return False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if refuses(func):
+                raise AssertionError(why)
+            return func(*args, **(kwargs or {}))
+
+    with Watch() as watch:
+        yield
+        depth = torch._C._len_torch_dispatch_stack()  # the block may not take the watch off, nor leave a mode on top
+        if not depth or torch._C._get_dispatch_stack_at(depth - 1) is not watch:
+            raise AssertionError(f"{why.split(':')[0]}: the block changed torch's dispatch modes")
+
+
+def no_autograd():
+    """While the block runs, autograd's engine refuses every backward: each operation it runs raises
+    AssertionError(NO_AUTOGRAD), whichever name started it (Tensor.backward, torch.autograd.grad, torch.func.grad,
+    the engine itself). A Function's backward called directly (`y.grad_fn.apply(g)`) runs outside the engine: allowed."""
+    import torch
+
+    return _dispatch_watch(lambda func: torch._C._current_graph_task_id() != -1, NO_AUTOGRAD)  # -1: no backward
+
+
+def refused_ops(why: str, *names: str):
+    """While the block runs, each aten operator named (as torch.ops.aten names it: "unfold") raises
+    AssertionError(why), whichever Python name reached it (Tensor.unfold, torch._C.TensorBase.unfold,
+    torch.ops.aten.unfold). A name this torch does not have refuses nothing."""
+    import torch
+
+    packets = {getattr(torch.ops.aten, name) for name in names if hasattr(torch.ops.aten, name)}
+    return _dispatch_watch(lambda func: func.overloadpacket in packets, why)
 
 
 class AllReduceRecorder:

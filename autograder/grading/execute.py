@@ -18,7 +18,7 @@ from traitlets import Float, Integer, default
 from torchcourse.format import HIDDEN, answer_cells, grading, test_cells
 from torchcourse.values import MIME
 
-from .integrity import Canary, isolated, names_used, setup, tests_read, what_changed
+from .integrity import Canary, bound_by_import, isolated, names_used, setup, tests_read, what_changed
 from .judge import as_graded, sent, verdict, wants
 from .lessons import skippable
 from ..kernel.manager import SandboxedKernelManager
@@ -100,6 +100,7 @@ class GuardedExecute(Step, Execute):
         self.probes: list[str] = []  # the functions worth probing: those the notebook's tests call
         self.preload: list[str] = []  # the modules the tests import, loaded before the notebook runs
         self.modules_seen: dict[str, int] = {}  # module name -> its identity when a check first saw it
+        self.course_seen: dict[str, int] = {}  # course module name -> its contents' digest when a check first saw it
         self.checked_before: int | None = None  # a test cell whose check ran right after the test before it
         self.sent: dict[str, list[dict]] = {}  # grade_id -> the values its test cell sent
         self.count = 0  # the execution count the notebook shows: the grader's, never the kernel's
@@ -256,12 +257,13 @@ class GuardedExecute(Step, Execute):
                 reply.get("status") == "error" and reply.get("ename") != canary.error else ""
             raise RuntimeError(f"the grader's checks could not start in a fresh kernel ({problem}{raised})")
         self.baseline, self.audit = report, report.get("audit", {})
-        self.modules_seen = dict(report["modules"])
+        self.modules_seen, self.course_seen = dict(report["modules"]), dict(report["course"])
 
-    async def _report(self, names: list[str], chains: list[str], detail: bool) -> tuple[dict | None, str | None]:
+    async def _report(self, names: list[str], chains: list[str], detail: bool,
+                      imported: list[list[str]]) -> tuple[dict | None, str | None]:
         """One check's report on the kernel, or None and why there is none."""
         for _ in range(2):  # once more after a kernel out of threads (a fork bomb's): a fresh check, nothing skipped
-            canary = Canary(names, chains, self.probes, watch=self.preload, detail=detail)
+            canary = Canary(names, chains, self.probes, watch=self.preload, detail=detail, imported=imported)
             reply, errors = await self._ask(canary.code)
             report, problem = canary.read(reply, errors)
             if report is not None or not out_of_threads(reply):
@@ -274,20 +276,21 @@ class GuardedExecute(Step, Execute):
         if self.recording:  # the solution's own run: the instructor's code, with nothing to catch (14-24 checks: 0.3 s)
             return True
         names, chains = (sorted(set().union(*found)) for found in zip(*(names_used(c.source) for c in cells)))
-        report, problem = await self._report(names, chains, detail=False)
+        imported = bound_by_import(cells[0].source) if after_test else []  # what the test just run imported
+        report, problem = await self._report(names, chains, detail=False, imported=imported)
         if report is not None and report["digest"] != self.baseline["digest"]:  # the state changed: which of it
-            report, problem = await self._report(names, chains, detail=True)
+            report, problem = await self._report(names, chains, detail=True, imported=imported)
         if report is not None:
             hidden = any(HIDDEN.search(c.source) for c in cells)  # a hidden test's names stay hidden
-            seen = self.modules_seen
             found = dict(baseline=self.baseline, report=report, audit_before=self.audit, names=names, chains=chains,
-                         after_test=after_test, modules_seen=seen)
+                         after_test=after_test, modules_seen=self.modules_seen, course_seen=self.course_seen)
             problem = what_changed(**found, name_them=not hidden)
             if problem:  # the instructor's log names all
                 self.log.warning("tests tampered with, at %s: %s", cells[0].id, what_changed(**found))
             self.audit = report.get("audit", {})
-            for name, identity in report["modules"].items():
-                seen.setdefault(name, identity)
+            for seen, now in ((self.modules_seen, report["modules"]), (self.course_seen, report["course"])):
+                for name, identity in now.items():
+                    seen.setdefault(name, identity)
         if problem is None:
             return True
         self.tampered = (cell_index, problem)

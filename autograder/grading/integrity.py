@@ -93,16 +93,18 @@ def probes_for(sources: list[str]) -> list[str]:
 
 
 @functools.lru_cache(maxsize=4096)
-def parsed(source: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """A test cell's global names read, attribute chains read, and modules imported. Kept: every hand-in of a batch
+def parsed(source: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[tuple[str, str, str], ...]]:
+    """A test cell's global names read, attribute chains read, modules imported, and the names it binds by importing
+    from a module: (name, module, attribute), `from torchcourse.testing import expect` binding ("expect",
+    "torchcourse.testing", "expect"). Kept: every hand-in of a batch
     has the same test cells, read before and after each check (5 ms each for 07's, 0.3 s a hand-in), and a grading's
     process inherits what the batch's process read before it forked (grade_one.warm_up)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return (), (), ()
+        return (), (), (), ()
     names = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)})
-    chains, imports = set(), set()
+    chains, imports, bound = set(), set(), set()
     for node in ast.walk(tree):
         parts = []
         while isinstance(node, ast.Attribute):
@@ -116,14 +118,20 @@ def parsed(source: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ..
             imports |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             imports.add(node.module)
+            bound |= {(a.asname or a.name, node.module, a.name) for a in node.names if a.name != "*"}
     longest = sorted(c for c in chains if not any(other.startswith(c + ".") for other in chains))
-    return tuple(names), tuple(longest), tuple(sorted(imports))
+    return tuple(names), tuple(longest), tuple(sorted(imports)), tuple(sorted(bound))
 
 
 def names_used(source: str) -> tuple[list[str], list[str]]:
     """Global names a test cell reads, and the attribute chains it reads from them or imports (`torch.testing.assert_close`)."""
-    names, chains, _ = parsed(source)
+    names, chains, _, _ = parsed(source)
     return list(names), list(chains)
+
+
+def bound_by_import(source: str) -> list[list[str]]:
+    """The names a test cell binds by importing them from a module, each [name, module, attribute]."""
+    return [list(entry) for entry in parsed(source)[3]]
 
 
 def preload(sources: list[str]) -> list[str]:
@@ -131,7 +139,7 @@ def preload(sources: list[str]) -> list[str]:
     the standard library's that the tests import or read from (not torch's: it loads as the notebook chooses)."""
     found = set()
     for source in sources:
-        names, _, imports = parsed(source)
+        names, _, imports, _ = parsed(source)
         found |= set(imports) | {name for name in names if name in sys.stdlib_module_names}
     return sorted(m for m in found if m.split(".")[0] == "torchcourse" or m.split(".")[0] in sys.stdlib_module_names)
 
@@ -157,11 +165,12 @@ class Canary:
     """One check: the code to send, and what its answer must be. `names` None: report every shadowed built-in."""
 
     def __init__(self, names: list[str] | None = None, chains: list[str] = (), probes: list[str] = PROBES,
-                 watch: list[str] = (), detail: bool = False):
+                 watch: list[str] = (), detail: bool = False, imported: list[list[str]] = ()):
         self.nonce, self.error, self.detail = secrets.token_hex(12), random.choice(CANARIES), detail
         modules = sorted(prefixes(chains) | {c.split(".")[0] for c in chains} | set(names or ()) | set(watch))
         self.parameters = dict(NONCE=self.nonce, ERROR=self.error, NAMES=names, CHAINS=list(chains),
-                               PROBED=sorted(probes), MODULES=modules, DETAIL=detail)  # in_kernel/check.py's
+                               PROBED=sorted(probes), MODULES=modules, DETAIL=detail,
+                               IMPORTED=[list(i) for i in imported])  # in_kernel/check.py's
         self.code = raising(self.parameters)
 
     def read(self, reply: dict | None, errors: list[dict]) -> tuple[dict | None, str | None]:
@@ -184,8 +193,10 @@ class Canary:
             assert isinstance(report.get("state"), dict) if self.detail else "state" not in report
             assert isinstance(report.get("shadows"), dict) and isinstance(report.get("modules"), dict)
             assert isinstance(report.get("later"), list) and isinstance(report.get("audit", {}), dict)
+            assert isinstance(report.get("course"), dict) and all(isinstance(x, int) for x in report["course"].values())
             # every part the grader compares or counts is of the type the check writes, or the report is not its own
-            assert all(isinstance(x, str) for x in [*report["later"], *report["faked"], *report["modules"]])
+            assert all(isinstance(x, str) for x in [*report["later"], *report["faked"], *report["modules"],
+                                                    *report["course"]])
             assert all(isinstance(x, int) for x in [*report["modules"].values(), *report.get("audit", {}).values()])
             return report, None
         except (ValueError, AssertionError, AttributeError):
@@ -211,14 +222,17 @@ def later_kind(entry) -> str:
 
 
 def what_changed(baseline: dict, report: dict, audit_before: dict, names: list[str], chains: list[str],
-                 after_test: bool, name_them: bool = True, modules_seen: dict | None = None) -> str | None:
+                 after_test: bool, name_them: bool = True, modules_seen: dict | None = None,
+                 course_seen: dict | None = None) -> str | None:
     """A sentence naming what the notebook changed in the kernel since `baseline`, or None if nothing that matters.
 
     `baseline`: the report of the check run before the notebook's first cell. `audit_before`: the audit counts at
     the previous check: a trace or profile function set and removed since then counts when a test ran in between
     (`after_test`); the kernel's own code swapped, an audit hook added or a thread started to run the notebook's
     code count always. `names` and `chains`: what the next test cell reads.
-    `modules_seen`: each module's identity when a check first saw it (another one in its place is a replacement).
+    `modules_seen`: each module's identity when a check first saw it (another one in its place is a replacement);
+    `course_seen`: each of the course's modules' contents when a check first saw them (the tests' own are loaded before
+    the notebook runs: anything set in them since is the notebook's).
     The sentence is made of names the grader knows (the report comes from the kernel) and may reach the student's
     feedback: with `name_them` False (a hidden test's check) the names read from the test's code are only counted.
     """
@@ -246,6 +260,11 @@ def what_changed(baseline: dict, report: dict, audit_before: dict, names: list[s
         named, others = sorted(n for n in swapped if n in known), sum(n not in known for n in swapped)
         found.append("put other modules in place of "
                      + ", ".join(named + ([f"{others} other module{'s' if others > 1 else ''}"] if others else [])))
+    changed = [n for n, digest in report["course"].items() if (course_seen or {}).get(n, digest) != digest]
+    if changed:  # named where the grader asked for them, as modules are
+        named, others = sorted(n for n in changed if n in known), sum(n not in known for n in changed)
+        found.append("changed the contents of the course's own "
+                     + ", ".join(named + ([f"{others} other module{'s' if others > 1 else ''}"] if others else [])))
     left = Counter(later_kind(entry) for entry in set(report["later"]) - set(baseline.get("later", [])))
     if left:
         found.append("left code to run later: " + ", ".join(f"{kind}" + (f" ({n})" if n > 1 else "")
@@ -258,6 +277,7 @@ def what_changed(baseline: dict, report: dict, audit_before: dict, names: list[s
     used += [f"{n} (not the module it names)" for n in names if f"module:{n}" in report["faked"]]
     used += [f"{c} (replaced by the notebook's own code)" for c in sorted(prefixes(chains))
              if f"replaced:{c}" in report["faked"]]
+    used += [f"{n} (no longer what the test imported)" for n in names if f"rebound:{n}" in report["faked"]]
     if used:
         found.append(f"replaced what this test uses: {', '.join(used)}" if name_them else
                      f"replaced {len(used)} name{'s' if len(used) > 1 else ''} this hidden test uses with the "

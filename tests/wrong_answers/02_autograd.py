@@ -44,6 +44,16 @@ def manual_backward(x, y, W1, b1, W2, b2):
         ((h @ params["W2"] + params["b2"] - y) ** 2).mean().backward()
     return {k: p.grad for k, p in params.items()}
 ''',
+        # issue 40: refused by name, autograd's engine was reachable by another (14/14 then)
+        "the right numbers, but through autograd's engine by another name (graph._engine_run_backward)": '''
+def manual_backward(x, y, W1, b1, W2, b2):
+    from torch.autograd.graph import _engine_run_backward
+    with torch.enable_grad():
+        params = [p.detach().clone().requires_grad_() for p in (W1, b1, W2, b2)]
+        loss = ((torch.tanh(x @ params[0] + params[1]) @ params[2] + params[3] - y) ** 2).mean()
+        _engine_run_backward((loss,), (torch.ones_like(loss),), False, False, (), True, True)
+    return dict(zip(["W1", "b1", "W2", "b2"], [p.grad for p in params]))
+''',
     },
     "ex2_central_difference": {
         "a forward difference": '''
@@ -160,6 +170,60 @@ class GELU(torch.autograd.Function):
             leaf = x if x.requires_grad else x.detach().requires_grad_()
             (grad,) = torch.autograd.grad(F.gelu(leaf), leaf, grad_output, create_graph=True)
         return grad
+
+
+gelu = GELU.apply
+''',
+        # issue 40: the hidden tests read the visible test's refusal, which the answer could bind again (full marks then)
+        "backward by autograd, the answer binding the tests' refusals to nothing (_NO_AUTOGRAD, refused, no_autograd)": '''
+import contextlib
+_NO_AUTOGRAD = ("",)
+refused = no_autograd = lambda *args, **kwargs: contextlib.nullcontext()
+
+
+class GELU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return F.gelu(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        with torch.enable_grad():
+            leaf = x if x.requires_grad else x.detach().requires_grad_()
+            (grad,) = torch.autograd.grad(F.gelu(leaf), leaf, grad_output, create_graph=True)
+        return grad
+
+
+gelu = GELU.apply
+''',
+        # issue 40: gradcheck's verdict was an assert in the kernel, after the cell's last value: a blank answer whose
+        # cell error was cleared away kept points then; every verdict is now a value the grader judges
+        "backward left as released, the display its tests' values leave by clearing the cell's error first": '''
+import IPython.display
+
+_display = IPython.display.display
+
+
+def _cleared(*args, **kwargs):  # as the values go out at the cell's end, the error shown before them goes
+    if "gelu_tanh" not in get_ipython().user_ns["In"][-1]:  # exercise 4's cells (and the rest) as they were
+        IPython.display.clear_output()
+    return _display(*args, **kwargs)
+
+
+IPython.display.display = _cleared
+
+
+class GELU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return F.gelu(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        raise NotImplementedError()
 
 
 gelu = GELU.apply

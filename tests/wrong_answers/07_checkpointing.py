@@ -242,6 +242,27 @@ class CheckpointedMLP(nn.Module):
             x = checkpoint(block, x, use_reentrant=False)
         return x
 ''',
+        # issue 40: the hidden test called the visible test's spy, which the answer could bind again (full marks then)
+        "segments ignored, the answer binding the tests' spy to one that agrees when it runs (_groups_in_backward)": '''
+class CheckpointedMLP(nn.Module):
+    def __init__(self, width, depth, segments):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(width, width), nn.GELU()) for _ in range(depth))
+        self.segments = segments
+
+    def forward(self, x):
+        CheckpointedMLP.forward.__globals__["_groups_in_backward"] = _agrees  # the test's own namespace
+        for block in self.blocks:
+            x = checkpoint(block, x, use_reentrant=False)
+        return x
+
+
+def _agrees(model, x):
+    """What a checkpoint in `segments` even groups would show."""
+    depth, k = len(model.blocks), model.segments
+    bounds = [i * depth // k for i in range(k + 1)]
+    return list(range(depth)), [list(range(a, b)) for a, b in zip(bounds, bounds[1:])]
+''',
         "preserve_rng_state=False: dropout recomputes other masks": '''
 class CheckpointedMLP(nn.Module):
     def __init__(self, width, depth, segments):

@@ -110,6 +110,16 @@ WRONG = {
 def masked_causal_attention(q, k, v, key_mask=None):
     return attention(q, k, v, key_mask)
 ''',
+        # issue 40: refused by its Python name, the same operator was reachable by another (14/14 then)
+        "scaled_dot_product_attention reached through torch.ops.aten, not F": '''
+def masked_causal_attention(q, k, v, key_mask=None):
+    T = q.shape[-2]
+    allowed = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    if key_mask is not None:
+        allowed = allowed & key_mask[:, None, None, :]
+    out = torch.ops.aten.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+    return out.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
+''',
     },
     "ex2_train_step": {
         "the mean of the micro-batches' means: padding weighs unequal micro-batches equally": changed(

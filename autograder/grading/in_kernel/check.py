@@ -4,7 +4,7 @@ tests rely on, and of the code the notebook left to run later, carried by the ex
 start.py compiles it once, before the notebook runs; each check runs it afresh in a namespace of its own, ended by
 `EXCEPTION = canary(get_ipython(), PARAMETERS)` (integrity.CHECK). PARAMETERS: the Canary's, as one string of JSON:
 NONCE, ERROR (the name of the built-in exception to raise), NAMES, CHAINS, PROBED, MODULES, DETAIL (whether to report
-the state itself, not only its digest). Nothing here runs the notebook's code: its objects are read past descriptors.
+the state itself, not only its digest), IMPORTED. Nothing here runs the notebook's code: its objects are read past descriptors.
 """
 import builtins
 import functools
@@ -72,6 +72,26 @@ def identities(watched):
     modules once torch is imported: looked through in C, 1 ms a check in Python.)"""
     return {n: id(m) for n in watched.union(filter(re.compile("torchcourse").match, list(sys.modules)))
             if (m := sys.modules.get(n)) is not None}
+
+
+def contents(name, module):
+    """A course module's contents: each attribute that is not a submodule, and the attributes of the classes it defines,
+    by identity (read past descriptors: nothing of them runs)."""
+    found = []
+    for key, value in list(types.ModuleType.__dict__["__dict__"].__get__(module).items()):
+        if isinstance(value, types.ModuleType) or key.startswith("__"):
+            continue  # a submodule imported later (torchcourse.launch) is set on its package, a warning's registry too
+        found.append((key, id(value)))
+        if isinstance(value, type) and type.__dict__["__dict__"].__get__(value).get("__module__") == name:
+            found += [(f"{key}.{k}", id(v)) for k, v in type.__dict__["__dict__"].__get__(value).items()]
+    return hash(tuple(sorted(found)))
+
+
+def course(watched):
+    """Module name -> a digest of its contents, of the course's own modules loaded (torchcourse.*): the tests import
+    expect, refused and their helpers from them, so anything put in their place would decide a test's verdict."""
+    return {n: contents(n, m) for n in watched if n.split(".")[0] == "torchcourse"
+            and isinstance(m := sys.modules.get(n), types.ModuleType)}
 
 
 def raises(f, *args):
@@ -309,6 +329,19 @@ def replaced(namespace, chains):
     return found
 
 
+def rebound(namespace, imported):
+    """Of the names the test cell just run bound by importing them ([name, module, attribute]), each the notebook has
+    bound to something else since ("rebound:NAME"): a test reads its helpers by these names after calling the answer."""
+    found = []
+    for name, module_name, attribute in imported:
+        module = sys.modules.get(module_name)
+        value = stored(module, attribute) if isinstance(module, types.ModuleType) else MISSING
+        now = namespace.get(name, MISSING)  # unbound: the test stopped before its import, or NameError fails it
+        if value is not MISSING and now is not MISSING and now is not value:
+            found.append(f"rebound:{name}")
+    return found
+
+
 def report(ip, parameters):
     """The check's report on the kernel of shell `ip`: the state's digest (and the state itself where DETAIL asks),
     the audit hook's counts, what is faked, shadowed or left to run later, and the watched modules' identities."""
@@ -321,10 +354,10 @@ def report(ip, parameters):
     namespace = ip.user_ns
     later = left_to_run_later(ip, namespace)
     shadows, swapped = shadowed(namespace, parameters["NAMES"])
-    faked += swapped + replaced(namespace, parameters["CHAINS"])
+    faked += swapped + replaced(namespace, parameters["CHAINS"]) + rebound(namespace, parameters["IMPORTED"])
     # The state (16 kB) only when asked for: its digest tells whether it changed (hash(): the same in one process)
     found = {"digest": hash(json.dumps(state, sort_keys=True)), "audit": audit, "faked": faked, "shadows": shadows,
-             "modules": modules, "later": later}
+             "modules": modules, "course": course(modules), "later": later}
     if parameters["DETAIL"]:
         found["state"] = state
     return found
