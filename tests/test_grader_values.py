@@ -44,7 +44,7 @@ CLASS = {
     "source_reader": (right(**{SCALE: hostile.SOURCE_READER, COUNT: "# count_positive: answered above"}), "graded",
                       {SCALE, COUNT}),
     "judge_patched": (right(**{SCALE: hostile.JUDGE_PATCHED + "\n" + WRONG_VALUES,
-                               COUNT: "def count_positive(xs):\n    return -1"}), "graded", {SCALE, COUNT}),
+                               COUNT: "def count_positive(xs):\n    return -1"}), "tampered", ALL),  # the course's module
     "testing_replaced": (right(**{TOTAL: hostile.TESTING_REPLACED}), "tampered", {TOTAL}),
     "meta_path_finder": (right(**{TOTAL: hostile.META_PATH_FINDER}), "tampered", {TOTAL}),
     "builtins_setattr": (right(**{TOTAL: hostile.BUILTINS_SETATTR}), "tampered", {TOTAL}),
@@ -53,6 +53,7 @@ CLASS = {
     "alarm_undoes": (right(**{TOTAL: hostile.ALARM_UNDOES}), "tampered", {TOTAL}),
     "event_loop_undoes": (right(**{TOTAL: hostile.EVENT_LOOP_UNDOES}), "tampered", {TOTAL}),
     "imported_rebound": (right(**{TOTAL: hostile.IMPORTED_REBOUND}), "tampered", {TOTAL}),
+    "event_loop_once_undoes": (right(**{TOTAL: hostile.EVENT_LOOP_ONCE_UNDOES}), "tampered", {TOTAL}),
     "course_module_changed": (right(**{TOTAL: hostile.COURSE_MODULE_CHANGED}), "tampered", {TOTAL}),
     "forged_count": (right(**{COUNT: hostile.forged_count("10 ** 60")}), "graded", set()),
     "forged_count_text": (right(**{COUNT: hostile.forged_count("'hidden test text'")}), "graded", set()),
@@ -63,7 +64,8 @@ CLASS = {
 # event loop's callback win by chance there, so they are not part of the control).
 WINS_IN_THE_KERNEL = {"mode_copies_want": {SCALE}, "source_reader": {SCALE, COUNT}, "judge_patched": {SCALE, COUNT},
                       "testing_replaced": {TOTAL}, "meta_path_finder": {TOTAL}, "builtins_setattr": {TOTAL},
-                      "callbacks_undo": {TOTAL}, "imported_rebound": {TOTAL}, "course_module_changed": {TOTAL}}
+                      "callbacks_undo": {TOTAL}, "imported_rebound": {TOTAL}, "course_module_changed": {TOTAL},
+                      "event_loop_once_undoes": {TOTAL}}
 
 
 @pytest.fixture(scope="module")

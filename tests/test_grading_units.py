@@ -20,7 +20,7 @@ from course import ROOT
 def report(state=None, faked=(), audit=None, shadows=None, modules=None, later=(), digest=0, course=None) -> dict:
     return {"state": state or {"shell.run_cell": "a"}, "faked": list(faked), "audit": audit or {},
             "shadows": shadows or {}, "modules": modules or {}, "later": list(later), "digest": digest,
-            "course": course or {}}
+            "course": course or {}, "after_tests": []}
 
 
 def test_a_canary_tells_what_went_wrong():
@@ -172,6 +172,51 @@ def test_what_a_notebook_leaves_on_an_event_loop_is_named_in_a_real_kernel(famil
         found = later()
         assert found and set(found) <= {"an event loop callback", "an asyncio task"}, found
 
+def test_a_callback_a_test_schedules_once_is_listed_before_it_can_run_in_a_real_kernel():
+    """An event loop callback the answer schedules once while a test runs (to undo what it changed) runs after the
+    test's request and before the check's: the test's own last line (integrity.AFTER_TEST) lists it first, and the
+    check names it; a test cell's request that does not end in that line, as a control, leaves the check blind to it.
+    A listing the check was not waiting for is counted as such."""
+    once = ("import asyncio, math\n_real = math.isclose\nmath.isclose = lambda *args, **kwargs: True\n"
+            "def _undo():\n    math.isclose = _real\nasyncio.get_running_loop().call_soon(_undo)")
+    with real_kernel() as ask:
+        def check():
+            canary = integrity.Canary([], [], [])
+            found, problem = canary.read(*ask(canary.code))
+            assert problem is None, problem
+            return found
+
+        assert ask(integrity.isolated(integrity.setup([])))[0]["status"] == "ok"
+        baseline = check()
+        assert baseline["after_tests"] == [] and baseline["later"] == []
+        assert ask(once)[0]["status"] == "ok"
+        assert integrity.what_changed(baseline, check(), baseline["audit"], [], [], True) is None, "the control"
+        assert ask(once + integrity.AFTER_TEST)[0]["status"] == "ok"
+        found = check()
+        assert [[integrity.later_kind(e) for e in listing] for listing in found["after_tests"]] == \
+            [["an event loop callback"]] and found["later"] == [], found
+        said = integrity.what_changed(baseline, found, baseline["audit"], [], [], True)
+        assert said == "left code to run later: an event loop callback", said
+        assert check()["after_tests"] == [], "each listing comes once"
+
+
+def test_a_test_that_ran_to_its_end_lists_what_it_left_once_and_no_other_cell_lists_anything():
+    """The number of lists a check brings (integrity.AFTER_TEST): one after a test whose reply says it ran to its end,
+    none or one after a test that failed, none before a test. Another number is a finding: the test's last line did
+    not run though the kernel says it did, or a cell of the notebook's triggered the listing."""
+    from autograder.grading.execute import GuardedExecute
+
+    step = GuardedExecute()
+    step.reply_status = "ok"
+    assert step._listings_problem(1, after_test=True) is None
+    assert "0 times where the grader asked 1" in step._listings_problem(0, after_test=True)
+    assert "2 times" in step._listings_problem(2, after_test=True)
+    step.reply_status = "error"
+    assert step._listings_problem(0, after_test=True) is None and step._listings_problem(1, after_test=True) is None
+    assert step._listings_problem(0, after_test=False) is None
+    assert "1 time where the grader asked 0" in step._listings_problem(1, after_test=False)
+
+
 FAKE_EVERY_LIBRARY_PROBE = """import math, numpy as np, torch
 yes = lambda *args, **kwargs: True
 math.isclose = np.allclose = np.array_equal = torch.allclose = torch.equal = torch.autograd.gradcheck = yes
@@ -304,7 +349,8 @@ def test_a_report_the_kernel_forged_is_refused_not_raised():
     """A check's report whose parts are not of the types the check writes (a kernel that changed what the check
     reports with) is an unreadable report, which makes the row tampered; it never raises in the grader."""
     canary = integrity.Canary([], [], [])
-    forged = {"digest": 1, "faked": [], "shadows": {}, "modules": {}, "course": {}, "later": [["not", "hashable"]]}
+    forged = {"digest": 1, "faked": [], "shadows": {}, "modules": {}, "course": {}, "later": [["not", "hashable"]],
+              "after_tests": []}
     reply = {"status": "error", "ename": canary.error, "evalue": canary.nonce + json.dumps(forged)}
     errors = [{"ename": canary.error, "evalue": reply["evalue"]}]
     report, problem = canary.read(reply, errors)
@@ -347,7 +393,7 @@ def test_checks_that_cannot_start_say_why_and_name_what_the_set_up_raised():
                          "the set-up raised NameError: name 'x' is not defined"),
                         (None, "the kernel did not answer the grader's check")):
         async def ask(code, reply=reply):
-            assert "start(get_ipython().user_ns" in code and code.rstrip().splitlines()[-1].startswith("raise ")
+            assert "start(get_ipython()," in code and code.rstrip().splitlines()[-1].startswith("raise ")
             return reply, []
         step._ask = ask
         with pytest.raises(RuntimeError, match="could not start in a fresh kernel") as raised:

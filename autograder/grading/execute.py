@@ -18,7 +18,7 @@ from traitlets import Float, Integer, default
 from torchcourse.format import HIDDEN, answer_cells, grading, test_cells
 from torchcourse.values import MIME
 
-from .integrity import Canary, bound_by_import, isolated, names_used, setup, tests_read, what_changed
+from .integrity import AFTER_TEST, Canary, bound_by_import, isolated, names_used, setup, tests_read, what_changed
 from .judge import as_graded, sent, verdict, wants
 from .lessons import skippable
 from ..kernel.manager import SandboxedKernelManager
@@ -104,6 +104,7 @@ class GuardedExecute(Step, Execute):
         self.checked_before: int | None = None  # a test cell whose check ran right after the test before it
         self.sent: dict[str, list[dict]] = {}  # grade_id -> the values its test cell sent
         self.count = 0  # the execution count the notebook shows: the grader's, never the kernel's
+        self.reply_status: str | None = None  # the status the kernel's reply gave the cell run last
 
 
     def preprocess(self, nb, resources=None, km=None):
@@ -156,9 +157,12 @@ class GuardedExecute(Step, Execute):
                 return cell
         start, source = time.perf_counter(), cell.source
         judged = test and (self.expected is not None or self.recording)
+        self.reply_status = None
         try:
             if judged:
                 cell.source = as_graded(source)  # the expected values stay in the grader
+            if test and not self.recording:  # what it left to run later, listed before its request ends
+                cell.source = cell.source + AFTER_TEST
             cell = await super().async_execute_cell(cell, cell_index, execution_count, store_history)
         except (DeadKernelError, CellTimeoutError) as error:
             process = getattr(getattr(self.km, "provisioner", None), "process", None)
@@ -177,6 +181,12 @@ class GuardedExecute(Step, Execute):
             await self._trusted([cell] + ([self.nb.cells[following]] if together else []), cell_index, after_test=True)
             self.checked_before = following if together else None
         return cell
+
+    async def _check_raise_for_error(self, cell, cell_index, exec_reply):
+        """nbclient's, noting the reply's status: a test whose reply says it ran to its end must have listed what it
+        left to run later (_trusted)."""
+        self.reply_status = ((exec_reply or {}).get("content") or {}).get("status")
+        return await super()._check_raise_for_error(cell, cell_index, exec_reply)
 
     async def _async_handle_timeout(self, timeout, cell=None):
         """nbclient's (the kernel interrupted, or a CellTimeoutError where it will not stop); a test cell's later tests
@@ -260,15 +270,16 @@ class GuardedExecute(Step, Execute):
         self.modules_seen, self.course_seen = dict(report["modules"]), dict(report["course"])
 
     async def _report(self, names: list[str], chains: list[str], detail: bool,
-                      imported: list[list[str]]) -> tuple[dict | None, str | None]:
-        """One check's report on the kernel, or None and why there is none."""
-        for _ in range(2):  # once more after a kernel out of threads (a fork bomb's): a fresh check, nothing skipped
+                      imported: list[list[str]]) -> tuple[dict | None, str | None, bool]:
+        """One check's report on the kernel, or None and why there is none; and whether a check was asked again (the
+        first one's lists of what tests left to run later are then lost)."""
+        for again in range(2):  # once more after a kernel out of threads (a fork bomb's): a fresh check, nothing skipped
             canary = Canary(names, chains, self.probes, watch=self.preload, detail=detail, imported=imported)
             reply, errors = await self._ask(canary.code)
             report, problem = canary.read(reply, errors)
             if report is not None or not out_of_threads(reply):
                 break
-        return report, problem
+        return report, problem, bool(again)
 
     async def _trusted(self, cells: list, cell_index: int, after_test: bool) -> bool:
         """Check the kernel before the test `cells` (or after the first of them); if it was tampered with, say so in
@@ -277,10 +288,18 @@ class GuardedExecute(Step, Execute):
             return True
         names, chains = (sorted(set().union(*found)) for found in zip(*(names_used(c.source) for c in cells)))
         imported = bound_by_import(cells[0].source) if after_test else []  # what the test just run imported
-        report, problem = await self._report(names, chains, detail=False, imported=imported)
+        report, problem, again = await self._report(names, chains, detail=False, imported=imported)
+        listings = len(report["after_tests"]) if report is not None else 0
         if report is not None and report["digest"] != self.baseline["digest"]:  # the state changed: which of it
-            report, problem = await self._report(names, chains, detail=True, imported=imported)
-        if report is not None:
+            first = report
+            report, problem, again_too = await self._report(names, chains, detail=True, imported=imported)
+            if report is not None:
+                listings += len(report["after_tests"])
+                report["after_tests"] = first["after_tests"] + report["after_tests"]
+            again = again or again_too
+        if report is not None and not again:
+            problem = self._listings_problem(listings, after_test)
+        if report is not None and problem is None:
             hidden = any(HIDDEN.search(c.source) for c in cells)  # a hidden test's names stay hidden
             found = dict(baseline=self.baseline, report=report, audit_before=self.audit, names=names, chains=chains,
                          after_test=after_test, modules_seen=self.modules_seen, course_seen=self.course_seen)
@@ -296,6 +315,18 @@ class GuardedExecute(Step, Execute):
         self.tampered = (cell_index, problem)
         self.grader_says(self.nb.cells[cell_index], "TestsTampered", f"{problem}: this test and every later one score 0")
         return False
+
+    def _listings_problem(self, listings: int, after_test: bool) -> str | None:
+        """What is wrong with the number of lists of what a test left to run later that a check brought (AFTER_TEST):
+        one from the test just run when its reply says it ran to its end (none or one when it failed), none before a
+        test. Another number means a cell other than the grader's triggered the listing, or the test's last line did
+        not run."""
+        expected = (1,) if after_test and self.reply_status == "ok" else (0, 1) if after_test else (0,)
+        if listings in expected:
+            return None
+        return (f"the kernel listed what a test left to run later {listings} time{'s' * (listings != 1)} where the "
+                f"grader asked {' or '.join(map(str, expected))}: a cell triggered it, or the test did not run to its "
+                "last line")
 
     def output(self, outs, msg, display_id, cell_index):
         """nbclient's, with what a cell writes past `output_mib` dropped: a right answer that prints hundreds of MiB

@@ -34,9 +34,20 @@ def in_kernel(module: str) -> ast.Module:
     kernel cannot import the grader's package, nor trust a module the notebook could replace), and without docstrings:
     the set-up cell carries it as text, which IPython tokenizes twice (1 ms more for the docstrings and comments)."""
     tree = ast.parse((IN_KERNEL / f"{module}.py").read_text())
-    tree.body = [part for node in without_docstring(tree.body) for part in
-                 (in_kernel(node.module).body if isinstance(node, ast.ImportFrom) and node.level == 1 else [node])]
+    tree.body = inlined(tree.body, {module})
     return tree
+
+
+def inlined(body: list[ast.stmt], seen: set[str]) -> list[ast.stmt]:
+    """`body` with each `from .other import ...` replaced by the other's statements, each module's once."""
+    found = []
+    for node in without_docstring(body):
+        if not (isinstance(node, ast.ImportFrom) and node.level == 1):
+            found.append(node)
+        elif node.module not in seen:
+            seen.add(node.module)
+            found += inlined(ast.parse((IN_KERNEL / f"{node.module}.py").read_text()).body, seen)
+    return found
 
 
 def without_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
@@ -51,13 +62,17 @@ def without_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
 
 # Each runs in a namespace of its own, which nothing of the notebook's reaches, and ends in a call of its module's
 # function: get_ipython (IPython's built-in) and PARAMETERS (the check's cell's, `raising`) exist only there.
-CHECK = ast.unparse(in_kernel("check")) + "\nEXCEPTION = canary(get_ipython(), PARAMETERS)\n"
+CHECK = ast.unparse(in_kernel("check")) + "\nEXCEPTION = canary(get_ipython(), PARAMETERS, AFTER_TESTS)\n"
 START = ast.unparse(in_kernel("start")) + "\n"
+# The last line of each test cell as a grading sends it: what the test left to run later, listed by the set-up's hook
+# in the test's own request (in_kernel/start.py), and handed to the next check. A new line of its own, so that the
+# test's lines keep their numbers; it displays nothing.
+AFTER_TEST = "\n__import__('sys').audit('autograder.after_test')\n"
 
 
 def setup(preload: list[str]) -> str:
     """The set-up cell's code (in_kernel/start.py): the hook, with CHECK compiled once, then the modules `preload`."""
-    return f"{START}start(get_ipython().user_ns, {CHECK!r}, {list(preload)!r})\n"
+    return f"{START}start(get_ipython(), {CHECK!r}, {list(preload)!r})\n"
 
 
 def isolated(code: str) -> str:
@@ -194,6 +209,8 @@ class Canary:
             assert isinstance(report.get("shadows"), dict) and isinstance(report.get("modules"), dict)
             assert isinstance(report.get("later"), list) and isinstance(report.get("audit", {}), dict)
             assert isinstance(report.get("course"), dict) and all(isinstance(x, int) for x in report["course"].values())
+            assert isinstance(report.get("after_tests"), list) and all(
+                isinstance(listing, list) and all(isinstance(x, str) for x in listing) for listing in report["after_tests"])
             # every part the grader compares or counts is of the type the check writes, or the report is not its own
             assert all(isinstance(x, str) for x in [*report["later"], *report["faked"], *report["modules"],
                                                     *report["course"]])
@@ -265,7 +282,8 @@ def what_changed(baseline: dict, report: dict, audit_before: dict, names: list[s
         named, others = sorted(n for n in changed if n in known), sum(n not in known for n in changed)
         found.append("changed the contents of the course's own "
                      + ", ".join(named + ([f"{others} other module{'s' if others > 1 else ''}"] if others else [])))
-    left = Counter(later_kind(entry) for entry in set(report["later"]) - set(baseline.get("later", [])))
+    listed = set(report["later"]).union(*report.get("after_tests", []))  # now, and as each test's request ended
+    left = Counter(later_kind(entry) for entry in listed - set(baseline.get("later", [])))
     if left:
         found.append("left code to run later: " + ", ".join(f"{kind}" + (f" ({n})" if n > 1 else "")
                                                              for kind, n in sorted(left.items())))

@@ -174,60 +174,6 @@ class GELU(torch.autograd.Function):
 
 gelu = GELU.apply
 ''',
-        # issue 40: the hidden tests read the visible test's refusal, which the answer could bind again (full marks then)
-        "backward by autograd, the answer binding the tests' refusals to nothing (_NO_AUTOGRAD, refused, no_autograd)": '''
-import contextlib
-_NO_AUTOGRAD = ("",)
-refused = no_autograd = lambda *args, **kwargs: contextlib.nullcontext()
-
-
-class GELU(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return F.gelu(x)
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        (x,) = ctx.saved_tensors
-        with torch.enable_grad():
-            leaf = x if x.requires_grad else x.detach().requires_grad_()
-            (grad,) = torch.autograd.grad(F.gelu(leaf), leaf, grad_output, create_graph=True)
-        return grad
-
-
-gelu = GELU.apply
-''',
-        # issue 40: gradcheck's verdict was an assert in the kernel, after the cell's last value: a blank answer whose
-        # cell error was cleared away kept points then; every verdict is now a value the grader judges
-        "backward left as released, the display its tests' values leave by clearing the cell's error first": '''
-import IPython.display
-
-_display = IPython.display.display
-
-
-def _cleared(*args, **kwargs):  # as the values go out at the cell's end, the error shown before them goes
-    if "gelu_tanh" not in get_ipython().user_ns["In"][-1]:  # exercise 4's cells (and the rest) as they were
-        IPython.display.clear_output()
-    return _display(*args, **kwargs)
-
-
-IPython.display.display = _cleared
-
-
-class GELU(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return F.gelu(x)
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        raise NotImplementedError()
-
-
-gelu = GELU.apply
-''',
         "the density φ without its 1/√(2π)": '''
 class GELU(torch.autograd.Function):
     @staticmethod
@@ -297,6 +243,36 @@ gelu_tanh = GELUTanh.apply
 ''',
     },
 }
+
+# issue 40: tricks that won under the tests of 2026-11-27, each on a catalogued answer above
+_BY_AUTOGRAD = WRONG["ex3_gelu"]["backward differentiates F.gelu with autograd instead of by hand"]
+# the hidden tests read the visible test's refusal, which the answer could bind again (full marks then)
+WRONG["ex3_gelu"]["backward by autograd, the answer binding the tests' refusals to nothing (_NO_AUTOGRAD, refused, "
+                  "no_autograd)"] = '''
+import contextlib
+_NO_AUTOGRAD = ("",)
+refused = no_autograd = lambda *args, **kwargs: contextlib.nullcontext()
+''' + _BY_AUTOGRAD
+# gradcheck's verdict was an assert in the kernel, after the cell's last value: an answer whose cell error was cleared
+# away kept its points then; every verdict is now a value the grader judges
+WRONG["ex3_gelu"]["backward left as released, the display its tests' values leave by clearing the cell's error first"] = '''
+import IPython.display
+
+_display = IPython.display.display
+
+
+def _cleared(*args, **kwargs):  # as the values go out at the cell's end, the error shown before them goes
+    if "gelu_tanh" not in get_ipython().user_ns["In"][-1]:  # exercise 4's cells (and the rest) as they were
+        IPython.display.clear_output()
+    return _display(*args, **kwargs)
+
+
+IPython.display.display = _cleared
+''' + _BY_AUTOGRAD[:_BY_AUTOGRAD.index("        (x,) = ctx.saved_tensors")] + """        raise NotImplementedError()
+
+
+gelu = GELU.apply
+"""
 
 ALSO_RIGHT = {
     "ex1_manual_backward": {

@@ -2,7 +2,7 @@
 tests rely on, and of the code the notebook left to run later, carried by the exception the cell raises.
 
 start.py compiles it once, before the notebook runs; each check runs it afresh in a namespace of its own, ended by
-`EXCEPTION = canary(get_ipython(), PARAMETERS)` (integrity.CHECK). PARAMETERS: the Canary's, as one string of JSON:
+`EXCEPTION = canary(get_ipython(), PARAMETERS, AFTER_TESTS)` (integrity.CHECK). PARAMETERS: the Canary's, as one string of JSON:
 NONCE, ERROR (the name of the built-in exception to raise), NAMES, CHAINS, PROBED, MODULES, DETAIL (whether to report
 the state itself, not only its digest), IMPORTED. Nothing here runs the notebook's code: its objects are read past descriptors.
 """
@@ -363,8 +363,9 @@ def report(ip, parameters):
     return found
 
 
-def canary(ip, parameters):
-    """The exception the check's cell raises: of the built-in type ERROR, its value NONCE and the report as JSON."""
+def canary(ip, parameters, after_tests):
+    """The exception the check's cell raises: of the built-in type ERROR, its value NONCE and the report as JSON, with
+    what each test since the last check left to run later as its request ended (`after_tests`, from start.py's hook)."""
     parameters = json.loads(parameters)
     error = builtins.__dict__[parameters["ERROR"]]
-    return error(parameters["NONCE"] + json.dumps(report(ip, parameters)))
+    return error(parameters["NONCE"] + json.dumps({**report(ip, parameters), "after_tests": after_tests}))
