@@ -5,8 +5,9 @@ input and AST transformers, a replaced run_cell or execute handler, a custom exc
 a trace or profile function, functions the tests call replaced or shadowed. Each check is a canary: a cell, sent
 as test cells are sent, that must fail with a fresh random value, carrying a report of the kernel's state. If it
 does not fail, fails otherwise, or its error does not reach the grader the way a failing test's would, or the state
-differs from the kernel's state before the notebook ran, the tests from there on cannot be trusted. The code the
-kernel runs is Python of its own in in_kernel/: start.py once before the notebook's first cell, check.py in each check.
+differs from the kernel's state before the notebook ran, the tests from there on cannot be trusted. Each test cell
+itself ends by listing what it left to run later (AFTER_TEST), which the next check brings. The code the kernel runs
+is Python of its own in in_kernel/: start.py once before the notebook's first cell, check.py in each check.
 
 These checks stop tampering in general, not an attack written against this file: code in the kernel sees every
 check it is sent. What they do not cover is written down in README.md ("What the grader defends against").
