@@ -71,6 +71,17 @@ FAKED_MATH = "import math, operator\nmath.isclose = operator.le  # 0 <= the mean
 FAKED_REFERENCE = "import statistics\nstatistics.fmean = lambda xs: 0\ndef mean(xs):\n    return 0"
 
 # The same with a built-in in place of the reference: not code of the notebook's, but no library's either.
+# A library function put in place of the one a hidden test calls while it runs, and put back by a callback scheduled
+# once on the shell's event loop: it runs after the test's request and before the check's (listed by the test's own
+# last line, integrity.AFTER_TEST).
+EVENT_LOOP_ONCE_FAKES_MATH = """import asyncio, math, operator
+_real_isclose = math.isclose
+def mean(xs):
+    if "Hidden" in get_ipython().user_ns["In"][-1] and math.isclose is not operator.le:
+        math.isclose = operator.le  # 0 <= the mean of each later case of the hidden test
+        asyncio.get_running_loop().call_soon(setattr, math, "isclose", _real_isclose)  # put back before the check
+        return sum(xs) / len(xs)  # the first case: compared by the real isclose, read before this call
+    return 0"""
 REFERENCE_BY_A_BUILTIN = "import statistics\nstatistics.fmean = min\ndef mean(xs):\n    return min(xs)"
 
 SHADOWED_BUILTIN = "abs = lambda x: 0  # the clip tests compare with abs(...) < 1e-12\ndef clip(x, low, high):\n    return 0"

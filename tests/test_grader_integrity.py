@@ -61,6 +61,8 @@ def hostile_class(port: int) -> dict[str, tuple]:
         "transient_trace": (handin({**right_answers(), FIRST: hostile.TRANSIENT_TRACE}), "tampered", BOTH,
                             "a trace function"),
         "faked_math": (handin({FIRST: hostile.FAKED_MATH}), "tampered", BOTH, "math.isclose"),
+        "event_loop_once_fakes_math": (handin({FIRST: hostile.EVENT_LOOP_ONCE_FAKES_MATH}), "tampered", BOTH,
+                                       "left code to run later"),
         "faked_reference": (handin({FIRST: hostile.FAKED_REFERENCE}), "tampered", BOTH, "this hidden test uses"),
         "reference_by_a_builtin": (handin({FIRST: hostile.REFERENCE_BY_A_BUILTIN}), "tampered", BOTH,
                                    "this hidden test uses"),
@@ -95,6 +97,7 @@ def hostile_class(port: int) -> dict[str, tuple]:
 # silenced showtraceback are undone by nbgrader's own reading of the kernel's replies, and the trace function finds
 # no line to jump to in this course's one-line asserts: the grader stops them all the same.
 WINS_UNGUARDED = ("input_transformer", "ast_transformer", "run_cell_replaced", "run_cell_class_patched",
+                  "event_loop_once_fakes_math",
                   "execute_handler", "faked_math", "faked_reference", "reference_by_a_builtin", "shadowed_builtin")
 
 

@@ -210,3 +210,48 @@ def test_a_name_the_test_imported_and_the_notebook_bound_again_is_named():
     said = integrity.what_changed(baseline, {**baseline, "faked": check.rebound(space, imported)}, {},
                                   ["expect", "no_autograd"], [], True)
     assert said == "replaced what this test uses: no_autograd (no longer what the test imported)"
+
+
+def test_the_check_reads_the_notebooks_objects_without_running_their_code():
+    """An object of the notebook's can answer isinstance with a `__class__` property (and claim to be a library's
+    function), a partial subclass can compute `func`, a class can name its module with a str that answers == itself:
+    the check reads types and dicts, so none of that code runs, and each is still the notebook's own."""
+    import functools
+
+    from autograder.grading.in_kernel import notebooks_own
+
+    ran = []
+
+    class Claims:
+        __module__ = "__main__"
+
+        @property
+        def __class__(self):
+            ran.append("__class__")
+            return types.FunctionType
+
+    class Partial(functools.partial):
+        __module__ = "__main__"
+
+        @property
+        def func(self):
+            ran.append("func")
+            return print
+
+    class Equal(str):
+        def __eq__(self, other):
+            ran.append("__eq__")
+            return True
+
+        __hash__ = str.__hash__
+
+    lying = type("Lying", (), {"__module__": Equal("torch.nn")})
+    space = {}
+    assert notebooks_own.notebooks_own(Claims(), space) and check.own(Claims(), space)
+    assert notebooks_own.notebooks_own(Partial(print), space)
+    assert check.parts(Partial(print)) and not check.own(lying(), space)
+    assert not notebooks_own.notebooks_own(lying(), space)
+    module = types.ModuleType("torchcourse.fake")
+    module.thing, module.Kind = Claims(), lying
+    check.contents("torchcourse.fake", module)
+    assert ran == [], ran

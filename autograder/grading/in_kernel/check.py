@@ -4,7 +4,8 @@ tests rely on, and of the code the notebook left to run later, carried by the ex
 start.py compiles it once, before the notebook runs; each check runs it afresh in a namespace of its own, ended by
 `EXCEPTION = canary(get_ipython(), PARAMETERS, AFTER_TESTS)` (integrity.CHECK). PARAMETERS: the Canary's, as one string of JSON:
 NONCE, ERROR (the name of the built-in exception to raise), NAMES, CHAINS, PROBED, MODULES, DETAIL (whether to report
-the state itself, not only its digest), IMPORTED. Nothing here runs the notebook's code: its objects are read past descriptors.
+the state itself, not only its digest), IMPORTED. Nothing here runs the notebook's code: its objects are read past descriptors, and their kinds by their types
+(notebooks_own.is_a: isinstance would read `obj.__class__`, which the notebook can define).
 """
 import builtins
 import functools
@@ -18,7 +19,7 @@ import threading
 import types
 import weakref
 
-from .notebooks_own import notebooks_own, of_builtins, runs_in, unwrapped
+from .notebooks_own import is_a, module_of, notebooks_own, of_builtins, runs_in, unwrapped
 
 # The kernel's state that decides how a cell runs and how its errors are reported: identities of these callables
 # (their function and code objects), the transformer lists, and the hooks.
@@ -79,11 +80,14 @@ def contents(name, module):
     by identity (read past descriptors: nothing of them runs)."""
     found = []
     for key, value in list(types.ModuleType.__dict__["__dict__"].__get__(module).items()):
-        if isinstance(value, types.ModuleType) or key.startswith("__"):
+        if type(key) is not str:  # a key of another type is the notebook's: counted by what it holds
+            key = ""
+        if is_a(value, types.ModuleType) or key.startswith("__"):
             continue  # a submodule imported later (torchcourse.launch) is set on its package, a warning's registry too
         found.append((key, id(value)))
-        if isinstance(value, type) and type.__dict__["__dict__"].__get__(value).get("__module__") == name:
-            found += [(f"{key}.{k}", id(v)) for k, v in type.__dict__["__dict__"].__get__(value).items()]
+        if is_a(value, type) and module_of(value) == name:
+            found += [(f"{key}.{k if type(k) is str else ''}", id(v))
+                      for k, v in type.__dict__["__dict__"].__get__(value).items()]
     return hash(tuple(sorted(found)))
 
 
@@ -91,7 +95,7 @@ def course(watched):
     """Module name -> a digest of its contents, of the course's own modules loaded (torchcourse.*): the tests import
     expect, refused and their helpers from them, so anything put in their place would decide a test's verdict."""
     return {n: contents(n, m) for n in watched if n.split(".")[0] == "torchcourse"
-            and isinstance(m := sys.modules.get(n), types.ModuleType)}
+            and is_a(m := sys.modules.get(n), types.ModuleType)}
 
 
 def raises(f, *args):
@@ -158,7 +162,7 @@ def faked_functions(probed):
 def held_by(thing):
     """The values an object of a library's class holds in its own dict, read past any descriptor (none runs)."""
     kind = type(thing)
-    if type.__dict__["__dict__"].__get__(kind).get("__module__") == "__main__":
+    if module_of(kind) == "__main__":
         return []  # the notebook's own object: named as such already
     slot = next((found for klass in type.__dict__["__mro__"].__get__(kind)
                  if (found := type.__dict__["__dict__"].__get__(klass).get("__dict__")) is not None), None)
@@ -173,9 +177,9 @@ def parts(value, depth=0):
     the callables that object holds (a tornado PeriodicCallback's `callback`). Nothing of it runs."""
     found = [value]
     if depth < 3:
-        if isinstance(value, functools.partial):
+        if type(value) is functools.partial:  # exact: a subclass's attributes could run the notebook's code
             found += [p for v in (value.func, *value.args, *value.keywords.values()) for p in parts(v, depth + 1)]
-        elif isinstance(value, types.MethodType):
+        elif type(value) is types.MethodType:
             found += parts(value.__func__, depth + 1) + [value.__self__]
             found += [p for v in held_by(value.__self__) if callable(v) for p in parts(v, depth + 1)]
     return found
@@ -189,7 +193,7 @@ def event_loops():
     running = events._get_running_loop() if events is not None else None
     ioloop = sys.modules.get("tornado.ioloop")
     listed = stored(ioloop.IOLoop, "_ioloop_for_asyncio") if ioloop is not None else MISSING
-    for loop in [running, *(list(listed) if isinstance(listed, dict) else [])]:
+    for loop in [running, *(list(listed) if type(listed) is dict else [])]:
         if loop is not None and all(loop is not seen for seen in loops):
             loops.append(loop)
     return loops
@@ -204,8 +208,7 @@ def on_event_loops(namespace):
         return []
     found = []
     for loop in event_loops():
-        kind = type.__dict__["__dict__"].__get__(type(loop)).get("__module__", "")
-        if not isinstance(kind, str) or not kind.startswith("asyncio."):  # its attributes could run the notebook's code
+        if not module_of(type(loop)).startswith("asyncio."):  # its attributes could run the notebook's code
             found.append("an event loop of a kind of its own")
             continue
         for _ in range(3):  # another thread's loop can change while it is read
@@ -276,21 +279,27 @@ def own(value, namespace):
     """The notebook's own code: a function defined in it (or a partial or method of one), one of its classes or their
     instances. Nothing of it runs: a student's object may do anything when asked for an attribute."""
     value = unwrapped(value)
-    if isinstance(value, types.FunctionType):
+    if is_a(value, types.FunctionType):
         return value.__globals__ is namespace
-    kind = value if isinstance(value, type) else type(value)
-    return type.__dict__["__dict__"].__get__(kind).get("__module__") == "__main__"
+    kind = value if is_a(value, type) else type(value)
+    return module_of(kind) == "__main__"
 
 
 def stored(holder, name):
     """An attribute as stored in a module or a library class (its MRO), without running any descriptor."""
-    if isinstance(holder, types.ModuleType):
+    if is_a(holder, types.ModuleType):
         return types.ModuleType.__dict__["__dict__"].__get__(holder).get(name, MISSING)
     for klass in type.__dict__["__mro__"].__get__(holder):
         found = type.__dict__["__dict__"].__get__(klass)
         if name in found:
             return found[name]
     return MISSING
+
+
+def module_name(module):
+    """A module's name as its own dict holds it ("" where that is not a plain str)."""
+    found = stored(module, "__name__")
+    return found if type(found) is str else ""
 
 
 def shadowed(namespace, names):
@@ -302,7 +311,7 @@ def shadowed(namespace, names):
         value = namespace.get(name, MISSING)
         if value is not MISSING and hasattr(builtins, name) and value is not getattr(builtins, name) and callable(value):
             shadows[name] = who(value)
-        elif isinstance(value, types.ModuleType) and sys.modules.get(value.__name__) is not value:
+        elif is_a(value, types.ModuleType) and sys.modules.get(module_name(value)) is not value:
             swapped.append(f"module:{name}")
     return shadows, swapped
 
@@ -317,7 +326,7 @@ def replaced(namespace, chains):
         if holder is MISSING:  # a chain a test imports from (`from a.b import c`) starts at the imported module
             holder = sys.modules.get(root, MISSING)
         for k, part in enumerate(rest, 2):
-            if not (isinstance(holder, types.ModuleType) or isinstance(holder, type) and not own(holder, namespace)):
+            if not (is_a(holder, types.ModuleType) or is_a(holder, type) and not own(holder, namespace)):
                 break
             holder = stored(holder, part)
             if holder is MISSING:
@@ -335,7 +344,7 @@ def rebound(namespace, imported):
     found = []
     for name, module_name, attribute in imported:
         module = sys.modules.get(module_name)
-        value = stored(module, attribute) if isinstance(module, types.ModuleType) else MISSING
+        value = stored(module, attribute) if is_a(module, types.ModuleType) else MISSING
         now = namespace.get(name, MISSING)  # unbound: the test stopped before its import, or NameError fails it
         if value is not MISSING and now is not MISSING and now is not value:
             found.append(f"rebound:{name}")

@@ -6,12 +6,25 @@ import os
 import types
 
 
+def is_a(value, kind):
+    """isinstance without running the value's code: isinstance reads `value.__class__`, which an object of the
+    notebook's can answer with a property (and claim to be a function); its type cannot lie."""
+    return issubclass(type(value), kind)
+
+
+def module_of(kind):
+    """The module a class says it was defined in, read from its own dict ("" where that is not a plain str: a str
+    subclass of the notebook's would answer == with its own code)."""
+    found = type.__dict__["__dict__"].__get__(kind).get("__module__")
+    return found if type(found) is str else ""
+
+
 def unwrapped(f):
     """The function behind partials and methods."""
     for _ in range(8):
-        if isinstance(f, functools.partial):
+        if type(f) is functools.partial:  # exact types: a subclass's attributes could run the notebook's code
             f = f.func
-        elif isinstance(f, (types.MethodType, staticmethod, classmethod)):
+        elif type(f) in (types.MethodType, staticmethod, classmethod):
             f = f.__func__
         else:
             break
@@ -20,7 +33,7 @@ def unwrapped(f):
 
 def of_builtins(f):
     """Whether `f` is a built-in of the `builtins` module (exec, setattr, min), which can stand in for code."""
-    return isinstance(f, types.BuiltinFunctionType) and \
+    return is_a(f, types.BuiltinFunctionType) and \
         getattr(getattr(f, "__self__", None), "__name__", None) == "builtins"
 
 
@@ -34,11 +47,11 @@ def runs_in(code, globals_, space):
 def notebooks_own(f, space, depth=0):
     """Whether `f` is the notebook's code. Nothing of it runs: its type's own dict is read past any descriptor."""
     f = unwrapped(f)
-    if isinstance(f, types.FunctionType):
+    if is_a(f, types.FunctionType):
         return runs_in(f.__code__, f.__globals__, space)
-    if isinstance(f, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+    if is_a(f, (types.BuiltinFunctionType, types.BuiltinMethodType)):
         return of_builtins(f)
-    if type.__dict__["__dict__"].__get__(type(f)).get("__module__") == "__main__":
+    if module_of(type(f)) == "__main__":
         return True
     call = type.__dict__["__dict__"].__get__(type(f)).get("__call__") if depth == 0 else None  # a callable instance
-    return isinstance(call, types.FunctionType) and notebooks_own(call, space, 1)
+    return is_a(call, types.FunctionType) and notebooks_own(call, space, 1)

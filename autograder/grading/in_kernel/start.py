@@ -11,7 +11,7 @@ import sys
 import threading
 
 from .check import left_to_run_later
-from .notebooks_own import notebooks_own
+from .notebooks_own import is_a, notebooks_own
 
 
 def install(ip, check):
@@ -27,7 +27,7 @@ def install(ip, check):
     def started(args, Thread=threading.Thread, own=notebooks_own):
         f = args[0] if args else None
         thread = getattr(f, "__self__", None)
-        if isinstance(thread, Thread):  # threading's own start: what the thread object will run
+        if is_a(thread, Thread):  # threading's own start: what the thread object will run
             return any(g is not None and own(g, space) for g in
                        (getattr(thread, "_target", None), getattr(thread, "function", None), type(thread).run))
         return own(f, space)
@@ -49,9 +49,9 @@ def install(ip, check):
             kind = "audithook"
         if kind is not None:
             counts[kind] = counts.get(kind, 0) + 1
-        elif event == "autograder.audit" and args and isinstance(args[0], dict):
+        elif event == "autograder.audit" and args and type(args[0]) is dict:
             args[0].update(counts)
-        elif event == "autograder.check" and args and isinstance(args[0], dict):
+        elif event == "autograder.check" and args and type(args[0]) is dict:
             args[0]["CODE"], args[0]["AFTER_TESTS"] = check, list(after_tests)
             after_tests.clear()
     sys.addaudithook(hook)
