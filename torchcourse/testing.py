@@ -115,7 +115,8 @@ def _dispatch_watch(refuses, why: str):
 def no_autograd():
     """While the block runs, autograd's engine refuses every backward: each operation it runs raises
     AssertionError(NO_AUTOGRAD), whichever name started it (Tensor.backward, torch.autograd.grad, torch.func.grad,
-    the engine itself). A Function's backward called directly (`y.grad_fn.apply(g)`) runs outside the engine: allowed."""
+    the engine itself). A Function's backward called directly (`y.grad_fn.apply(g)`) runs outside the engine:
+    allowed."""
     import torch
 
     return _dispatch_watch(lambda func: torch._C._current_graph_task_id() != -1, NO_AUTOGRAD)  # -1: no backward

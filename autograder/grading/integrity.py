@@ -210,8 +210,8 @@ class Canary:
             assert isinstance(report.get("shadows"), dict) and isinstance(report.get("modules"), dict)
             assert isinstance(report.get("later"), list) and isinstance(report.get("audit", {}), dict)
             assert isinstance(report.get("course"), dict) and all(isinstance(x, int) for x in report["course"].values())
-            assert isinstance(report.get("after_tests"), list) and all(
-                isinstance(listing, list) and all(isinstance(x, str) for x in listing) for listing in report["after_tests"])
+            assert isinstance(report.get("after_tests"), list) and all(isinstance(listing, list) and all(
+                isinstance(x, str) for x in listing) for listing in report["after_tests"])
             # every part the grader compares or counts is of the type the check writes, or the report is not its own
             assert all(isinstance(x, str) for x in [*report["later"], *report["faked"], *report["modules"],
                                                     *report["course"]])
