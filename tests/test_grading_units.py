@@ -449,3 +449,46 @@ def test_one_pass_in_memory_leaves_what_nbgraders_own_passes_from_the_files_leav
             assert converter.graded == nbformat.read(graded, as_version=4), "the notebook kept is not the one written"
     assert left["ours"] == left["nbgrader's"]
     assert left["ours"][2][f"{SECOND}_hidden"] == (0, False) and "AssertionError" in left["ours"][1]
+
+
+def test_any_report_a_kernel_forges_is_read_or_refused_and_never_quoted():
+    """Generated reports (Hypothesis): any JSON the kernel puts after the nonce, the lists of what tests left to run
+    later, the course modules' digests and the faked names included, is either refused as unreadable or read; the
+    grader's sentence on a read one never raises and quotes none of the kernel's text."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    marker = "KERNEL-TEXT"
+    text = st.text(max_size=12).map(lambda t: marker + t)
+    json_value = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | text,
+                              lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
+                              max_leaves=12)
+    fields = {"digest": st.integers(), "faked": st.lists(text | st.sampled_from(
+                  ["rebound:expect", "replaced:torch.allclose", "module:math"]), max_size=3),
+              "shadows": st.dictionaries(text | st.just("abs"), text, max_size=2),
+              "modules": st.dictionaries(text | st.just("torchcourse.testing"), st.integers(), max_size=2),
+              "course": st.dictionaries(text | st.just("torchcourse.testing"), st.integers(), max_size=2),
+              "later": st.lists(text, max_size=3), "audit": st.dictionaries(text, st.integers(), max_size=2),
+              "after_tests": st.lists(st.lists(text, max_size=2), max_size=2)}
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.fixed_dictionaries(fields), st.sampled_from([None, *fields]), json_value)
+    def check(forged, broken, junk):  # a well-formed report, or one with a field of any JSON (None: none at all)
+        if broken is not None:
+            forged.pop(broken) if junk is None else forged.update({broken: junk})
+        canary = integrity.Canary(["abs", "expect"], ["torch.allclose"], [])
+        value = canary.nonce + json.dumps(forged)
+        report, problem = canary.read({"status": "error", "ename": canary.error, "evalue": value},
+                                      [{"ename": canary.error, "evalue": value}])
+        assert (report is None) != (problem is None)
+        if report is None:
+            return
+        read.append(report)
+        baseline = {"digest": 0, "faked": [], "shadows": {}, "modules": {}, "course": {}, "later": [], "state": {}}
+        for name_them in (True, False):
+            said = integrity.what_changed(baseline, {**report, "state": {}}, {}, ["abs", "expect"],
+                                          ["torch.allclose"], True, name_them, {}, {"torchcourse.testing": 1})
+            assert said is None or marker not in said, said
+    read = []
+    check()
+    assert len(read) >= 20, "the generated reports reach the grader's sentence"

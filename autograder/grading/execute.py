@@ -289,16 +289,14 @@ class GuardedExecute(Step, Execute):
         names, chains = (sorted(set().union(*found)) for found in zip(*(names_used(c.source) for c in cells)))
         imported = bound_by_import(cells[0].source) if after_test else []  # what the test just run imported
         report, problem, again = await self._report(names, chains, detail=False, imported=imported)
-        listings = len(report["after_tests"]) if report is not None else 0
         if report is not None and report["digest"] != self.baseline["digest"]:  # the state changed: which of it
             first = report
             report, problem, again_too = await self._report(names, chains, detail=True, imported=imported)
-            if report is not None:
-                listings += len(report["after_tests"])
-                report["after_tests"] = first["after_tests"] + report["after_tests"]
             again = again or again_too
+            if report is not None:  # the first check took the lists of what tests left: they count here
+                report["after_tests"] = first["after_tests"] + report["after_tests"]
         if report is not None and not again:
-            problem = self._listings_problem(listings, after_test)
+            problem = self._listings_problem(len(report["after_tests"]), after_test)
         if report is not None and problem is None:
             hidden = any(HIDDEN.search(c.source) for c in cells)  # a hidden test's names stay hidden
             found = dict(baseline=self.baseline, report=report, audit_before=self.audit, names=names, chains=chains,

@@ -111,10 +111,10 @@ def probes_for(sources: list[str]) -> list[str]:
 @functools.lru_cache(maxsize=4096)
 def parsed(source: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[tuple[str, str, str], ...]]:
     """A test cell's global names read, attribute chains read, modules imported, and the names it binds by importing
-    from a module: (name, module, attribute), `from torchcourse.testing import expect` binding ("expect",
-    "torchcourse.testing", "expect"). Kept: every hand-in of a batch
-    has the same test cells, read before and after each check (5 ms each for 07's, 0.3 s a hand-in), and a grading's
-    process inherits what the batch's process read before it forked (grade_one.warm_up)."""
+    from a module, each (name, module, attribute): `from torchcourse.testing import expect` binds ("expect",
+    "torchcourse.testing", "expect"). Kept: every hand-in of a batch has the same test cells, read before and after
+    each check (5 ms each for 07's, 0.3 s a hand-in), and a grading's process inherits what the batch's process read
+    before it forked (grade_one.warm_up)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:

@@ -343,8 +343,8 @@ def rebound(namespace, imported):
     """Of the names the test cell just run bound by importing them ([name, module, attribute]), each the notebook has
     bound to something else since ("rebound:NAME"): a test reads its helpers by these names after calling the answer."""
     found = []
-    for name, module_name, attribute in imported:
-        module = sys.modules.get(module_name)
+    for name, source, attribute in imported:
+        module = sys.modules.get(source)
         value = stored(module, attribute) if is_a(module, types.ModuleType) else MISSING
         now = namespace.get(name, MISSING)  # unbound: the test stopped before its import, or NameError fails it
         if value is not MISSING and now is not MISSING and now is not value:
