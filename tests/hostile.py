@@ -73,7 +73,7 @@ FAKED_REFERENCE = "import statistics\nstatistics.fmean = lambda xs: 0\ndef mean(
 # The same with a built-in in place of the reference: not code of the notebook's, but no library's either.
 # A library function put in place of the one a hidden test calls while it runs, and put back by a callback scheduled
 # once on the shell's event loop: it runs after the test's request and before the check's (listed by the test's own
-# last line, integrity.AFTER_TEST).
+# last line, the check after it: integrity.Canary.after).
 EVENT_LOOP_ONCE_FAKES_MATH = """import asyncio, math, operator
 _real_isclose = math.isclose
 def mean(xs):
@@ -381,7 +381,7 @@ def _nothing_refused(*args, **kwargs):
     return contextlib.nullcontext()'''
 
 # The same, undone once on the shell's event loop: the callback runs after the test's request and before the check's,
-# which then finds the name as the test imported it. Listed by the test's own last line (integrity.AFTER_TEST).
+# which then finds the name as the test imported it. Seen by the check that is the test's own last line (Canary.after).
 EVENT_LOOP_ONCE_UNDOES = '''import asyncio, contextlib
 def total(xs):
     real = total.__globals__.get("refused")

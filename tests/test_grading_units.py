@@ -20,7 +20,7 @@ from course import ROOT
 def report(state=None, faked=(), audit=None, shadows=None, modules=None, later=(), digest=0, course=None) -> dict:
     return {"state": state or {"shell.run_cell": "a"}, "faked": list(faked), "audit": audit or {},
             "shadows": shadows or {}, "modules": modules or {}, "later": list(later), "digest": digest,
-            "course": course or {}, "after_tests": []}
+            "course": course or {}, "seconds": 0.001}
 
 
 def test_a_canary_tells_what_went_wrong():
@@ -172,11 +172,12 @@ def test_what_a_notebook_leaves_on_an_event_loop_is_named_in_a_real_kernel(famil
         found = later()
         assert found and set(found) <= {"an event loop callback", "an asyncio task"}, found
 
-def test_a_callback_a_test_schedules_once_is_listed_before_it_can_run_in_a_real_kernel():
+def test_a_callback_a_test_schedules_once_is_seen_by_the_check_that_ends_the_test_in_a_real_kernel():
     """An event loop callback the answer schedules once while a test runs (to undo what it changed) runs after the
-    test's request and before the check's: the test's own last line (integrity.AFTER_TEST) lists it first, and the
-    check names it; a test cell's request that does not end in that line, as a control, leaves the check blind to it.
-    A listing the check was not waiting for is counted as such."""
+    test's request and before a check in a request of its own: the check that is the test's own last line
+    (Canary.after) names it; a check of its own, as a control, is blind to it. A test that passes is itself the
+    canary: its reply is the check's error, which the cell's outputs then leave out; a test that fails never reaches
+    its last line."""
     once = ("import asyncio, math\n_real = math.isclose\nmath.isclose = lambda *args, **kwargs: True\n"
             "def _undo():\n    math.isclose = _real\nasyncio.get_running_loop().call_soon(_undo)")
     with real_kernel() as ask:
@@ -188,33 +189,33 @@ def test_a_callback_a_test_schedules_once_is_listed_before_it_can_run_in_a_real_
 
         assert ask(integrity.isolated(integrity.setup([])))[0]["status"] == "ok"
         baseline = check()
-        assert baseline["after_tests"] == [] and baseline["later"] == []
+        assert baseline["later"] == [] and baseline["seconds"] > 0
         assert ask(once)[0]["status"] == "ok"
         assert integrity.what_changed(baseline, check(), baseline["audit"], [], [], True) is None, "the control"
-        assert ask(once + integrity.AFTER_TEST)[0]["status"] == "ok"
-        found = check()
-        assert [[integrity.later_kind(e) for e in listing] for listing in found["after_tests"]] == \
-            [["an event loop callback"]] and found["later"] == [], found
+        canary = integrity.Canary([], [], [])
+        reply, errors = ask(canary.after(once))
+        assert canary.raised(reply) and canary.taken_out([{"output_type": "error", **e} for e in errors]) == []
+        found, problem = canary.read(reply, errors)
+        assert problem is None, problem
         said = integrity.what_changed(baseline, found, baseline["audit"], [], [], True)
         assert said == "left code to run later: an event loop callback", said
-        assert check()["after_tests"] == [], "each listing comes once"
+        canary = integrity.Canary([], [], [])
+        reply, errors = ask(canary.after("assert 1 == 2, 'the test failed'"))
+        assert not canary.raised(reply) and [e["ename"] for e in errors] == ["AssertionError"]
 
 
-def test_a_test_that_ran_to_its_end_lists_what_it_left_once_and_no_other_cell_lists_anything():
-    """The number of lists a check brings (integrity.AFTER_TEST): one after a test whose reply says it ran to its end,
-    none or one after a test that failed, none before a test. Another number is a finding: the test's last line did
-    not run though the kernel says it did, or a cell of the notebook's triggered the listing."""
-    from autograder.grading.execute import GuardedExecute
-
-    step = GuardedExecute()
-    step.reply_status = "ok"
-    assert step._listings_problem(1, after_test=True) is None
-    assert "0 times where the grader asked 1" in step._listings_problem(0, after_test=True)
-    assert "2 times" in step._listings_problem(2, after_test=True)
-    step.reply_status = "error"
-    assert step._listings_problem(0, after_test=True) is None and step._listings_problem(1, after_test=True) is None
-    assert step._listings_problem(0, after_test=False) is None
-    assert "1 time where the grader asked 0" in step._listings_problem(1, after_test=False)
+def test_a_check_that_fails_in_the_kernel_still_raises_its_error_and_says_so():
+    """At a test's end, a check that raised would read as the test's own error: it raises the canary's error, whose
+    report says only that it failed (the grader then checks again in a cell of its own), and a report that says so
+    and more is unreadable."""
+    canary = integrity.Canary([], [], [])
+    for report, said in (({"failed": "RuntimeError", "seconds": 0.01}, integrity.FAILED),
+                         ({"failed": "RuntimeError", "seconds": 0.01, "digest": 1}, "unreadable report"),
+                         ({"failed": "RuntimeError"}, "unreadable report")):
+        value = canary.nonce + json.dumps(report)
+        found, problem = canary.read({"status": "error", "ename": canary.error, "evalue": value},
+                                     [{"ename": canary.error, "evalue": value}])
+        assert found is None and said in problem, (report, problem)
 
 
 FAKE_EVERY_LIBRARY_PROBE = """import math, numpy as np, torch
@@ -350,7 +351,7 @@ def test_a_report_the_kernel_forged_is_refused_not_raised():
     reports with) is an unreadable report, which makes the row tampered; it never raises in the grader."""
     canary = integrity.Canary([], [], [])
     forged = {"digest": 1, "faked": [], "shadows": {}, "modules": {}, "course": {}, "later": [["not", "hashable"]],
-              "after_tests": []}
+              "seconds": 0.001}
     reply = {"status": "error", "ename": canary.error, "evalue": canary.nonce + json.dumps(forged)}
     errors = [{"ename": canary.error, "evalue": reply["evalue"]}]
     report, problem = canary.read(reply, errors)
@@ -452,8 +453,8 @@ def test_one_pass_in_memory_leaves_what_nbgraders_own_passes_from_the_files_leav
 
 
 def test_any_report_a_kernel_forges_is_read_or_refused_and_never_quoted():
-    """Generated reports (Hypothesis): any JSON the kernel puts after the nonce, the lists of what tests left to run
-    later, the course modules' digests and the faked names included, is either refused as unreadable or read; the
+    """Generated reports (Hypothesis): any JSON the kernel puts after the nonce, what the notebook left to run later,
+    the course modules' digests, the faked names and the check's own seconds included, is either refused as unreadable or read; the
     grader's sentence on a read one never raises and quotes none of the kernel's text."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
@@ -469,7 +470,7 @@ def test_any_report_a_kernel_forges_is_read_or_refused_and_never_quoted():
               "modules": st.dictionaries(text | st.just("torchcourse.testing"), st.integers(), max_size=2),
               "course": st.dictionaries(text | st.just("torchcourse.testing"), st.integers(), max_size=2),
               "later": st.lists(text, max_size=3), "audit": st.dictionaries(text, st.integers(), max_size=2),
-              "after_tests": st.lists(st.lists(text, max_size=2), max_size=2)}
+              "seconds": st.floats(min_value=0, max_value=10)}
 
     @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(st.fixed_dictionaries(fields), st.sampled_from([None, *fields]), json_value)
@@ -492,3 +493,29 @@ def test_any_report_a_kernel_forges_is_read_or_refused_and_never_quoted():
     read = []
     check()
     assert len(read) >= 20, "the generated reports reach the grader's sentence"
+
+
+def test_what_the_check_at_a_tests_end_saw_counts_when_a_second_check_names_the_change():
+    """Where the check that ends a test finds the state changed, a second check (in a cell of its own, after anything
+    the test left to run later has run) names what changed; what the first listed as left to run later, or faked,
+    still counts, though a callback has since run and undone it."""
+    import asyncio
+
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from autograder.grading.execute import GuardedExecute
+
+    step = GuardedExecute()
+    step.nb = new_notebook(cells=[new_code_cell("assert f() == 1", metadata={"nbgrader": {
+        "grade": True, "grade_id": "ex1_test", "points": 1, "solution": False, "locked": True}})])
+    step.baseline = report(digest=0, state={"shell.run_cell": "a"})
+    first = report(digest=1, later=["an event loop callback <lambda>@x#1#2"], faked=["builtins.abs"])
+
+    async def detail(cells, detail, imported):  # the second check: the callback has run and put things back
+        return report(digest=1, state={"shell.run_cell": "b"}), None
+
+    step._report = detail
+    assert not asyncio.run(step._trusted(step.nb.cells, 0, after_test=True, ran=(first, None)))
+    said = step.tampered[1]
+    assert "replaced shell.run_cell" in said and "left code to run later: an event loop callback" in said, said
+    assert "replaced functions the tests rely on: builtins.abs" in said, said

@@ -18,7 +18,7 @@ from traitlets import Float, Integer, default
 from torchcourse.format import HIDDEN, answer_cells, grading, test_cells
 from torchcourse.values import MIME
 
-from .integrity import AFTER_TEST, Canary, bound_by_import, isolated, names_used, setup, tests_read, what_changed
+from .integrity import FAILED, Canary, bound_by_import, isolated, names_used, setup, tests_read, what_changed
 from .judge import as_graded, sent, verdict, wants
 from .lessons import skippable
 from ..kernel.manager import SandboxedKernelManager
@@ -104,7 +104,8 @@ class GuardedExecute(Step, Execute):
         self.checked_before: int | None = None  # a test cell whose check ran right after the test before it
         self.sent: dict[str, list[dict]] = {}  # grade_id -> the values its test cell sent
         self.count = 0  # the execution count the notebook shows: the grader's, never the kernel's
-        self.reply_status: str | None = None  # the status the kernel's reply gave the cell run last
+        self.reply: dict | None = None  # the kernel's reply to the cell run last (its content)
+        self.errors: list[dict] = []  # the errors the cell run last showed (their content)
 
 
     def preprocess(self, nb, resources=None, km=None):
@@ -157,12 +158,13 @@ class GuardedExecute(Step, Execute):
                 return cell
         start, source = time.perf_counter(), cell.source
         judged = test and (self.expected is not None or self.recording)
-        self.reply_status = None
+        self.reply, self.errors = None, []
+        checked = self._checked_with(cell_index) if test and not self.recording else None  # cells, and their check
         try:
             if judged:
                 cell.source = as_graded(source)  # the expected values stay in the grader
-            if test and not self.recording:  # what it left to run later, listed before its request ends
-                cell.source = cell.source + AFTER_TEST
+            if checked:  # the check after it: the test's last line, run in its own request where the test passed
+                cell.source = checked[1].after(cell.source)
             cell = await super().async_execute_cell(cell, cell_index, execution_count, store_history)
         except (DeadKernelError, CellTimeoutError) as error:
             process = getattr(getattr(self.km, "provisioner", None), "process", None)
@@ -171,21 +173,45 @@ class GuardedExecute(Step, Execute):
             raise
         finally:
             cell.source = source
-            self.execute_seconds += time.perf_counter() - start
+            seconds = time.perf_counter() - start
+            self.execute_seconds += seconds
             self.own_counts(cell)
+        ran = None  # the check's report as the test's last line gave it, or why there is none
+        if checked and (self.reply or {}).get("status") == "ok":  # its last line, which raises, did not run
+            ran = checked[1].read(self.reply, self.errors)
+        elif checked and checked[1].raised(self.reply):  # the test passed, and its last line reported
+            cell.outputs = checked[1].taken_out(cell.outputs)
+            ran = checked[1].read(self.reply, self.errors)
+            own = min(max(0.0, (ran[0] or {}).get("seconds", 0.0)), seconds)
+            self.execute_seconds -= own  # the check's own time in the test's request, counted as a check's
+            self.check_seconds += own
         if judged:
             self.judge(cell)
-        if test:  # a test run in a tampered kernel scores 0 too; a test cell next is checked by the same check
-            following = self.next_code_cell(cell_index)
-            together = following is not None and following not in self.skip and is_test(self.nb.cells[following])
-            await self._trusted([cell] + ([self.nb.cells[following]] if together else []), cell_index, after_test=True)
-            self.checked_before = following if together else None
+        if checked:  # a test run in a tampered kernel scores 0 too; a test cell next is checked by the same check
+            cells, _, following = checked
+            await self._trusted(cells, cell_index, after_test=True, ran=None if ran and ran[1] == FAILED else ran)
+            self.checked_before = following
         return cell
 
+    def _checked_with(self, cell_index: int) -> tuple[list, Canary, int | None]:
+        """The cells the check after test cell `cell_index` answers for (the test, and a test cell next to it, which
+        it checks before), that check, and the index of that next test cell (None where there is none)."""
+        cell = self.nb.cells[cell_index]
+        following = self.next_code_cell(cell_index)
+        together = following is not None and following not in self.skip and is_test(self.nb.cells[following])
+        cells = [cell] + ([self.nb.cells[following]] if together else [])
+        return cells, self._canary(cells, detail=False, imported=bound_by_import(cell.source)), \
+            following if together else None
+
+    def _canary(self, cells: list, detail: bool, imported: list[list[str]]) -> Canary:
+        """A check before (or after the first of) test `cells`: of the names and attribute chains they read."""
+        names, chains = (sorted(set().union(*found)) for found in zip(*(names_used(c.source) for c in cells)))
+        return Canary(names, chains, self.probes, watch=self.preload, detail=detail, imported=imported)
+
     async def _check_raise_for_error(self, cell, cell_index, exec_reply):
-        """nbclient's, noting the reply's status: a test whose reply says it ran to its end must have listed what it
-        left to run later (_trusted)."""
-        self.reply_status = ((exec_reply or {}).get("content") or {}).get("status")
+        """nbclient's, keeping the reply's content: a test whose last line is its check (Canary.after) passed where the
+        reply is the check's error."""
+        self.reply = (exec_reply or {}).get("content")
         return await super()._check_raise_for_error(cell, cell_index, exec_reply)
 
     async def _async_handle_timeout(self, timeout, cell=None):
@@ -269,34 +295,32 @@ class GuardedExecute(Step, Execute):
         self.baseline, self.audit = report, report.get("audit", {})
         self.modules_seen, self.course_seen = dict(report["modules"]), dict(report["course"])
 
-    async def _report(self, names: list[str], chains: list[str], detail: bool,
-                      imported: list[list[str]]) -> tuple[dict | None, str | None, bool]:
-        """One check's report on the kernel, or None and why there is none; and whether a check was asked again (the
-        first one's lists of what tests left to run later are then lost)."""
-        for again in range(2):  # once more after a kernel out of threads (a fork bomb's): a fresh check, nothing skipped
-            canary = Canary(names, chains, self.probes, watch=self.preload, detail=detail, imported=imported)
+    async def _report(self, cells: list, detail: bool, imported: list[list[str]]) -> tuple[dict | None, str | None]:
+        """One check's report on the kernel, in a cell of its own, or None and why there is none."""
+        for _ in range(2):  # once more after a kernel out of threads (a fork bomb's): a fresh check, nothing skipped
+            canary = self._canary(cells, detail=detail, imported=imported)
             reply, errors = await self._ask(canary.code)
             report, problem = canary.read(reply, errors)
-            if report is not None or not out_of_threads(reply):
+            if report is not None or not (out_of_threads(reply) or problem == FAILED):
                 break
-        return report, problem, bool(again)
+        return report, problem
 
-    async def _trusted(self, cells: list, cell_index: int, after_test: bool) -> bool:
-        """Check the kernel before the test `cells` (or after the first of them); if it was tampered with, say so in
-        test cell `cell_index`, which then scores 0."""
+    async def _trusted(self, cells: list, cell_index: int, after_test: bool,
+                       ran: tuple[dict | None, str | None] | None = None) -> bool:
+        """Check the kernel before the test `cells` (or after the first of them; `ran`: that check's report as the
+        test's own last line gave it, or why there is none); if it was tampered with, say so in test cell
+        `cell_index`, which then scores 0."""
         if self.recording:  # the solution's own run: the instructor's code, with nothing to catch (14-24 checks: 0.3 s)
             return True
         names, chains = (sorted(set().union(*found)) for found in zip(*(names_used(c.source) for c in cells)))
         imported = bound_by_import(cells[0].source) if after_test else []  # what the test just run imported
-        report, problem, again = await self._report(names, chains, detail=False, imported=imported)
+        report, problem = ran or await self._report(cells, detail=False, imported=imported)
         if report is not None and report["digest"] != self.baseline["digest"]:  # the state changed: which of it
             first = report
-            report, problem, again_too = await self._report(names, chains, detail=True, imported=imported)
-            again = again or again_too
-            if report is not None:  # the first check took the lists of what tests left: they count here
-                report["after_tests"] = first["after_tests"] + report["after_tests"]
-        if report is not None and not again:
-            problem = self._listings_problem(len(report["after_tests"]), after_test)
+            report, problem = await self._report(cells, detail=True, imported=imported)
+            if report is not None:  # what the first saw at the test's end (since run, or undone) counts too
+                for part in ("later", "faked"):
+                    report[part] = sorted(set(first[part]) | set(report[part]))
         if report is not None and problem is None:
             hidden = any(HIDDEN.search(c.source) for c in cells)  # a hidden test's names stay hidden
             found = dict(baseline=self.baseline, report=report, audit_before=self.audit, names=names, chains=chains,
@@ -314,23 +338,13 @@ class GuardedExecute(Step, Execute):
         self.grader_says(self.nb.cells[cell_index], "TestsTampered", f"{problem}: this test and every later one score 0")
         return False
 
-    def _listings_problem(self, listings: int, after_test: bool) -> str | None:
-        """What is wrong with the number of lists of what a test left to run later that a check brought (AFTER_TEST):
-        one from the test just run when its reply says it ran to its end (none or one when it failed), none before a
-        test. Another number means a cell other than the grader's triggered the listing, or the test's last line did
-        not run."""
-        expected = (1,) if after_test and self.reply_status == "ok" else (0, 1) if after_test else (0,)
-        if listings in expected:
-            return None
-        return (f"the kernel listed what a test left to run later {listings} time{'s' * (listings != 1)} where the "
-                f"grader asked {' or '.join(map(str, expected))}: a cell triggered it, or the test did not run to its "
-                "last line")
-
     def output(self, outs, msg, display_id, cell_index):
         """nbclient's, with what a cell writes past `output_mib` dropped: a right answer that prints hundreds of MiB
         must not hold up its grading (the notebook written, the feedback drawn) until a later test runs out of time."""
         content = msg["content"]
         data = content.get("data") if isinstance(content.get("data"), dict) else {}
+        if msg["msg_type"] == "error":  # as a check reads the errors a cell showed (Canary.read)
+            self.errors.append(content)
         if msg["msg_type"] == "error" or MIME in data:  # what a test's verdict is read from
             return super().output(outs, msg, display_id, cell_index)
         size = len(content.get("text", "") or "") + sum(len(v) if isinstance(v, str) else len(repr(v))

@@ -5,9 +5,11 @@ input and AST transformers, a replaced run_cell or execute handler, a custom exc
 a trace or profile function, functions the tests call replaced or shadowed. Each check is a canary: a cell, sent
 as test cells are sent, that must fail with a fresh random value, carrying a report of the kernel's state. If it
 does not fail, fails otherwise, or its error does not reach the grader the way a failing test's would, or the state
-differs from the kernel's state before the notebook ran, the tests from there on cannot be trusted. Each test cell
-itself ends by listing what it left to run later (AFTER_TEST), which the next check brings. The code the kernel runs
-is Python of its own in in_kernel/: start.py once before the notebook's first cell, check.py in each check.
+differs from the kernel's state before the notebook ran, the tests from there on cannot be trusted. The check after a
+test is the test cell's own last line (Canary.after): it runs in the test's own request, before anything the test left
+to run later can run, and a test that passes is itself the canary (its error is the canary's, taken out of the cell's
+outputs); after a test that failed, it is a cell of its own. The code the kernel runs is Python of its own in
+in_kernel/: start.py once before the notebook's first cell, check.py in each check.
 
 These checks stop tampering in general, not an attack written against this file: code in the kernel sees every
 check it is sent. What they do not cover is written down in README.md ("What the grader defends against").
@@ -62,13 +64,10 @@ def without_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
 
 
 # Each runs in a namespace of its own, which nothing of the notebook's reaches, and ends in a call of its module's
-# function: get_ipython (IPython's built-in) and PARAMETERS (the check's cell's, `raising`) exist only there.
-CHECK = ast.unparse(in_kernel("check")) + "\nEXCEPTION = canary(get_ipython(), PARAMETERS, AFTER_TESTS)\n"
+# function: get_ipython (IPython's built-in), PARAMETERS (the check's cell's, `raising`) and CLOCK (the set-up's hook's)
+# exist only there.
+CHECK = ast.unparse(in_kernel("check")) + "\nEXCEPTION = canary(get_ipython(), PARAMETERS, CLOCK)\n"
 START = ast.unparse(in_kernel("start")) + "\n"
-# The last line of each test cell as a grading sends it: what the test left to run later, listed by the set-up's hook
-# in the test's own request (in_kernel/start.py), and handed to the next check. A new line of its own, so that the
-# test's lines keep their numbers; it displays nothing.
-AFTER_TEST = "\n__import__('sys').audit('autograder.after_test')\n"
 
 
 def setup(preload: list[str]) -> str:
@@ -89,6 +88,8 @@ def raising(parameters: dict) -> str:
             f"g['EXCEPTION'])[2])({{'PARAMETERS': {json.dumps(parameters)!r}}})")
 
 
+# A check that raised in the kernel (out of threads, say): its report says so, and the grader asks again
+FAILED = "the grader's check failed in the kernel"
 CANARIES = ("ValueError", "RuntimeError", "TypeError", "LookupError", "ArithmeticError", "OSError")
 
 
@@ -189,6 +190,20 @@ class Canary:
                                IMPORTED=[list(i) for i in imported])  # in_kernel/check.py's
         self.code = raising(self.parameters)
 
+    def after(self, source: str) -> str:
+        """A test cell's `source` ending in this check: a new last line, so that the test's lines keep their numbers
+        (the test's last expression is no longer last, and displays nothing). Reached only where the test passed."""
+        return f"{source}\n{self.code}\n"
+
+    def raised(self, reply: dict | None) -> bool:
+        """Whether the request's `reply` is this check's error: a test cell ending in it (`after`) ran to its end."""
+        evalue = (reply or {}).get("evalue")
+        return (reply or {}).get("ename") == self.error and isinstance(evalue, str) and evalue.startswith(self.nonce)
+
+    def taken_out(self, outputs: list) -> list:
+        """A cell's `outputs` without this check's error: what the test itself showed."""
+        return [o for o in outputs if not (o.get("output_type") == "error" and self.raised(o))]
+
     def read(self, reply: dict | None, errors: list[dict]) -> tuple[dict | None, str | None]:
         """The kernel's report, or None and why the check failed. `errors`: the error outputs the check produced."""
         if reply is None:
@@ -205,13 +220,14 @@ class Canary:
                           "replaced (showtraceback, a custom exception handler, the session that sends them?)")
         try:
             report = json.loads(evalue[len(self.nonce):])
+            assert isinstance(report.get("seconds"), float) and report["seconds"] >= 0
+            if set(report) == {"failed", "seconds"} and isinstance(report["failed"], str):
+                return None, FAILED
             assert isinstance(report.get("digest"), int) and isinstance(report.get("faked"), list)
             assert isinstance(report.get("state"), dict) if self.detail else "state" not in report
             assert isinstance(report.get("shadows"), dict) and isinstance(report.get("modules"), dict)
             assert isinstance(report.get("later"), list) and isinstance(report.get("audit", {}), dict)
             assert isinstance(report.get("course"), dict) and all(isinstance(x, int) for x in report["course"].values())
-            assert isinstance(report.get("after_tests"), list) and all(isinstance(listing, list) and all(
-                isinstance(x, str) for x in listing) for listing in report["after_tests"])
             # every part the grader compares or counts is of the type the check writes, or the report is not its own
             assert all(isinstance(x, str) for x in [*report["later"], *report["faked"], *report["modules"],
                                                     *report["course"]])
@@ -283,8 +299,7 @@ def what_changed(baseline: dict, report: dict, audit_before: dict, names: list[s
         named, others = sorted(n for n in changed if n in known), sum(n not in known for n in changed)
         found.append("changed the contents of the course's own "
                      + ", ".join(named + ([f"{others} other module{'s' if others > 1 else ''}"] if others else [])))
-    listed = set(report["later"]).union(*report.get("after_tests", []))  # now, and as each test's request ended
-    left = Counter(later_kind(entry) for entry in listed - set(baseline.get("later", [])))
+    left = Counter(later_kind(entry) for entry in set(report["later"]) - set(baseline.get("later", [])))
     if left:
         found.append("left code to run later: " + ", ".join(f"{kind}" + (f" ({n})" if n > 1 else "")
                                                              for kind, n in sorted(left.items())))

@@ -2,23 +2,19 @@
 that counts trace and profile functions being set, code objects of the kernel's machinery being swapped, and threads
 started to run the notebook's own code, so that a hook set and removed, or a thread started and ended, within one test
 cell is still seen. `sys.audit("autograder.audit", d)` copies the counts into d; `sys.audit("autograder.check", d)`
-puts the check (check.py, compiled here once: 4-5 ms a check otherwise) into d["CODE"], with d["AFTER_TESTS"]: what
-each test left to run later, listed by `sys.audit("autograder.after_test")`, the last line of the test's own request
-(integrity.AFTER_TEST), before anything the test left could run: an event loop callback scheduled once runs after
-the request, and would be gone by the check's. Then the modules the tests import, so that the checks know them
-before the notebook could put others in their place."""
+puts the check (check.py, compiled here once: 4-5 ms a check otherwise) into d["CODE"], with d["CLOCK"] the clock it
+times itself by (time.perf_counter, as it is before the notebook runs). Then the modules the tests
+import, so that the checks know them before the notebook could put others in their place."""
 import sys
 import threading
+import time
 
-from .check import left_to_run_later
 from .notebooks_own import is_a, notebooks_own
 
 
 def install(ip, check):
-    """The audit hook, judging threads by the notebook's namespace (shell `ip`'s), handing out the compiled `check`
-    and what each test left to run later."""
+    """The audit hook, judging threads by the notebook's namespace (shell `ip`'s), handing out the compiled `check`."""
     space = ip.user_ns
-    after_tests = []  # one listing per test request, until a check takes them
     counts, watched = {}, {"sys.settrace": "trace", "sys.setprofile": "profile",
                            "sys.monitoring.register_callback": "monitoring", "sys.monitoring.use_tool_id": "monitoring"}
     machinery = ("IPython", "ipykernel", "jupyter_client", "zmq", "comm", "traitlets")
@@ -32,13 +28,7 @@ def install(ip, check):
                        (getattr(thread, "_target", None), getattr(thread, "function", None), type(thread).run))
         return own(f, space)
 
-    def hook(event, args, counts=counts, watched=watched, machinery=machinery, after_tests=after_tests):
-        if event == "autograder.after_test":
-            try:
-                after_tests.append(left_to_run_later(ip, space))
-            except Exception as error:  # a state no listing reads: said as such, a finding
-                after_tests.append([f"code of the notebook's own ({type(error).__name__} while listing it)"])
-            return
+    def hook(event, args, counts=counts, watched=watched, machinery=machinery, clock=time.perf_counter):
         kind = watched.get(event)
         if kind is None and event == "object.__setattr__" and len(args) > 1 and args[1] == "__code__" \
                 and str(getattr(args[0], "__module__", "")).startswith(machinery):
@@ -52,8 +42,7 @@ def install(ip, check):
         elif event == "autograder.audit" and args and type(args[0]) is dict:
             args[0].update(counts)
         elif event == "autograder.check" and args and type(args[0]) is dict:
-            args[0]["CODE"], args[0]["AFTER_TESTS"] = check, list(after_tests)
-            after_tests.clear()
+            args[0]["CODE"], args[0]["CLOCK"] = check, clock
     sys.addaudithook(hook)
 
 
