@@ -35,7 +35,7 @@ from .. import layout
 from ..kernel import processes
 from .feedback import ERROR_NAMES, TIMED_OUT, VISIBLE_RUN, HideHiddenTests, kept_error, stopped, wants_visible_run
 from .integrity import tests_read
-from ..kernel.manager import UNFENCED_WARNING
+from ..kernel.manager import UNFENCED_WARNING, SandboxedKernelManager
 from .lessons import skippable
 from ..nbgrader_patches import forget_engines, schema_checked_once, share_engines, shared_engine
 from .notebook import FINDINGS, SKIPPED, Grading, error_output, is_test
@@ -377,7 +377,7 @@ def warm_up(config: Config, template: Path, assignment: str, notebook: str, test
     every hand-in's) and read as a grading reads it (which lesson cells need not run; the execute step's reading of
     the tests), then graded as if every test had failed (no kernel: the batch's process must not hold one when it
     forks) by nbgrader's steps, its scores read and its feedback made (`bookkeeping`): nbgrader's metadata schema
-    checked, SQLAlchemy's first use (0.15 s) and a grading's statements compiled in the engine the gradings inherit,
+    checked, the kernel's spec read, SQLAlchemy's first use (0.15 s) and a grading's statements compiled in the engine the gradings inherit,
     the feedback page's templates compiled, the lesson's code highlighted and its markdown rendered, the tests'
     notices and messages made."""
     release = nbformat.read(template / "release" / assignment / notebook, as_version=4)
@@ -387,6 +387,9 @@ def warm_up(config: Config, template: Path, assignment: str, notebook: str, test
     # the language as a graded notebook has it, from its kernel (ipykernel's): its lexer highlights the code
     rehearsed.metadata["language_info"] = {**rehearsed.metadata.get("language_info", {}), "pygments_lexer": "ipython3"}
     schema_checked_once()
+    # the kernel's spec, as its grading's manager reads it: jupyter_client then knows its provisioners (an entry point
+    # scan, 5-7 ms a grading otherwise)
+    SandboxedKernelManager(config=config, kernel_name=release.metadata.get("kernelspec", {}).get("name", "python3")).kernel_spec
     job = Job(student_id="warm-up", assignment=assignment, notebook=notebook, submitted="", template=str(template),
               scratch=str(template.parent / "warm-up"), out=str(template.parent / "warm-up-out"), config=config,
               tests=tests)
