@@ -405,6 +405,21 @@ torchcourse.testing.refused = contextlib.suppress  # `with suppress(why, target)
 def total(xs):
     return sum(xs)'''
 
+# A test ended early, as if it had passed: the grader's check is the test's own last line (Canary.after), whose error
+# says the test ran to its end. The answer, a wrong one, reads that line from In[-1], sends what the test would have
+# sent, and raises the check's own error (a genuine report: the kernel's state is clean) from inside the call.
+ENDS_TEST_EARLY = '''import ast, sys
+def count_positive(xs):
+    from torchcourse.testing import expect
+    line = get_ipython().user_ns["In"][-1].rstrip().splitlines()[-1]
+    if not line.startswith("raise (lambda g:"):
+        return -1
+    expect(f"count_positive({xs})", len([x for x in xs if x > 0]))
+    check = ast.literal_eval(line[line.rindex("({") + 1:-1])
+    sys.audit("autograder.check", check)
+    exec(check.pop("CODE"), check)
+    raise check["EXCEPTION"]'''
+
 # A kernel message with a forged execution count: the prompt "In [N]" of the feedback could carry N's digits.
 def forged_count(count: str) -> str:
     """A right count_positive that first sends an execute_input message with this execution count."""

@@ -5,7 +5,8 @@ their expected values, and judges what they send against the solution's. Each fa
 the comparison ran in the kernel is handed in: answers whose values lie, a torch mode that copies the expected value
 into the answer, an answer that reads the test's own text, a patched judge, a replaced testing module, a finder that
 serves one, builtins.setattr replaced (so that `refused` refuses nothing), and the same set up to undo itself later
-(IPython callbacks, a timer thread, a signal handler). The control: stock nbgrader gives the ones that can win points.
+(IPython callbacks, a timer thread, a signal handler); an answer that ends its test early with the grader's own check
+error, as if the test had passed. The control: stock nbgrader gives the ones that can win points.
 """
 
 import re
@@ -55,6 +56,7 @@ CLASS = {
     "imported_rebound": (right(**{TOTAL: hostile.IMPORTED_REBOUND}), "tampered", {TOTAL}),
     "event_loop_once_undoes": (right(**{TOTAL: hostile.EVENT_LOOP_ONCE_UNDOES}), "tampered", {TOTAL}),
     "course_module_changed": (right(**{TOTAL: hostile.COURSE_MODULE_CHANGED}), "tampered", {TOTAL}),
+    "ends_test_early": (right(**{COUNT: hostile.ENDS_TEST_EARLY}), "tampered", {COUNT, TOTAL}),
     "forged_count": (right(**{COUNT: hostile.forged_count("10 ** 60")}), "graded", set()),
     "forged_count_text": (right(**{COUNT: hostile.forged_count("'hidden test text'")}), "graded", set()),
     "zz_right": (right(), "graded", set()),

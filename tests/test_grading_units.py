@@ -17,6 +17,10 @@ from autograder import config as course_config
 from course import ROOT
 
 
+# A check's error as the kernel shows it: IPython's plain traceback of a raise in the cell's own line
+SHOWN = ["Traceback (most recent call last):\n", "  Cell In[3], line 1\n    raise ...\n", "ValueError: ...\n"]
+
+
 def report(state=None, faked=(), audit=None, shadows=None, modules=None, later=(), digest=0, course=None) -> dict:
     return {"state": state or {"shell.run_cell": "a"}, "faked": list(faked), "audit": audit or {},
             "shadows": shadows or {}, "modules": modules or {}, "later": list(later), "digest": digest,
@@ -26,13 +30,18 @@ def report(state=None, faked=(), audit=None, shadows=None, modules=None, later=(
 def test_a_canary_tells_what_went_wrong():
     canary = integrity.Canary(detail=True)
     def answer(canary, report):  # the reply, and the error shown
-        error = {"status": "error", "ename": canary.error, "evalue": canary.nonce + json.dumps(report)}
+        error = {"status": "error", "ename": canary.error, "evalue": canary.nonce + json.dumps(report), "traceback": SHOWN}
         return error, [error]
     good = answer(canary, report())[0]
     assert canary.read(good, [good]) == (report(), None)
     assert "must fail" in canary.read({"status": "ok"}, [])[1]
     assert "errors no longer reach" in canary.read(good, [])[1]
     assert "another error" in canary.read({**good, "evalue": "other"}, [good])[1]
+    deeper = {**good, "traceback": [SHOWN[0], SHOWN[1], "  Cell In[3], line 4 in answer\n", SHOWN[2]]}
+    assert "not by the check's own line" in canary.read(good, [deeper])[1], "raised by a function the cell called"
+    ended = integrity.Canary(detail=True)
+    ended.after("expect('a', f(1))\nexpect('b', f(2))")  # the check is line 3: an error shown at line 1 is not its
+    assert "not by the check's own line" in ended.read(*answer(ended, report()))[1]
     assert "did not answer" in canary.read(None, [])[1]
     digest_only = {k: v for k, v in report().items() if k != "state"}
     assert "unreadable" in canary.read(*answer(canary, digest_only))[1], "asked for the state, none came"
@@ -96,7 +105,7 @@ LEFT_BEHIND = {  # each stays in the kernel: the mode comes first, before builti
 def real_kernel():
     """`ask(code)` -> (the reply's content, the error outputs), in a fresh kernel of this machine."""
     from jupyter_client.manager import start_new_kernel
-    manager, client = start_new_kernel(kernel_name="python3")
+    manager, client = start_new_kernel(kernel_name="python3", extra_arguments=[integrity.PLAIN_TRACEBACKS])
 
     def ask(code):
         errors = []
@@ -214,7 +223,7 @@ def test_a_check_that_fails_in_the_kernel_still_raises_its_error_and_says_so():
                          ({"failed": "RuntimeError"}, "unreadable report")):
         value = canary.nonce + json.dumps(report)
         found, problem = canary.read({"status": "error", "ename": canary.error, "evalue": value},
-                                     [{"ename": canary.error, "evalue": value}])
+                                     [{"ename": canary.error, "evalue": value, "traceback": SHOWN}])
         assert found is None and said in problem, (report, problem)
 
 
@@ -353,12 +362,13 @@ def test_a_report_the_kernel_forged_is_refused_not_raised():
     forged = {"digest": 1, "faked": [], "shadows": {}, "modules": {}, "course": {}, "later": [["not", "hashable"]],
               "seconds": 0.001}
     reply = {"status": "error", "ename": canary.error, "evalue": canary.nonce + json.dumps(forged)}
-    errors = [{"ename": canary.error, "evalue": reply["evalue"]}]
+    errors = [{"ename": canary.error, "evalue": reply["evalue"], "traceback": SHOWN}]
     report, problem = canary.read(reply, errors)
     assert report is None and "unreadable report" in problem
     forged["later"] = ["IPython post_run_cell callback <hidden test text>@x#1#2"]
     report, problem = canary.read({**reply, "evalue": canary.nonce + json.dumps(forged)},
-                                  [{"ename": canary.error, "evalue": canary.nonce + json.dumps(forged)}])
+                                  [{"ename": canary.error, "evalue": canary.nonce + json.dumps(forged),
+                                    "traceback": SHOWN}])
     baseline = {**forged, "later": [], "state": {}}
     said = integrity.what_changed(baseline, {**report, "state": {}}, {}, [], [], True)
     assert said == "left code to run later: an IPython post_run_cell callback" and "hidden" not in said
@@ -480,7 +490,7 @@ def test_any_report_a_kernel_forges_is_read_or_refused_and_never_quoted():
         canary = integrity.Canary(["abs", "expect"], ["torch.allclose"], [])
         value = canary.nonce + json.dumps(forged)
         report, problem = canary.read({"status": "error", "ename": canary.error, "evalue": value},
-                                      [{"ename": canary.error, "evalue": value}])
+                                      [{"ename": canary.error, "evalue": value, "traceback": SHOWN}])
         assert (report is None) != (problem is None)
         if report is None:
             return

@@ -99,7 +99,8 @@ def ask(canary: integrity.Canary, ip) -> tuple[dict | None, str | None]:
     """The check's code as the kernel gets it (integrity.CHECK), run with `canary`'s parameters and read by it."""
     space = {"PARAMETERS": json.dumps(canary.parameters), "get_ipython": lambda: ip, "CLOCK": time.perf_counter}
     exec(compile(integrity.CHECK, "<autograder>", "exec"), space)
-    error = {"status": "error", "ename": type(space["EXCEPTION"]).__name__, "evalue": str(space["EXCEPTION"])}
+    error = {"status": "error", "ename": type(space["EXCEPTION"]).__name__, "evalue": str(space["EXCEPTION"]),
+             "traceback": ["Traceback (most recent call last):\n", "  Cell In[1], line 1\n", "Error\n"]}
     return canary.read(error, [error])
 
 

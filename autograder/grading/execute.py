@@ -18,7 +18,7 @@ from traitlets import Float, Integer, default
 from torchcourse.format import HIDDEN, answer_cells, grading, test_cells
 from torchcourse.values import MIME
 
-from .integrity import FAILED, Canary, bound_by_import, isolated, names_used, setup, tests_read, what_changed
+from .integrity import FAILED, PLAIN_TRACEBACKS, Canary, bound_by_import, isolated, names_used, setup, tests_read, what_changed
 from .judge import as_graded, sent, verdict, wants
 from .lessons import skippable
 from ..kernel.manager import SandboxedKernelManager
@@ -60,12 +60,6 @@ class GuardedExecute(Step, Execute):
     check_timeout = Integer(30, help="seconds the kernel has to answer one integrity check").tag(config=True)
     output_mib = Float(4.0, help="MiB of output one cell keeps: past it, what the cell writes is dropped, with a note "
                                  "(a test's errors and the values it sends are always kept)").tag(config=True)
-
-    @default("extra_arguments")
-    def _plain_tracebacks(self):
-        # IPython's default tracebacks read and colour the source around every frame: 30-60 ms an error, paid by each
-        # integrity check (it answers with an error). Plain ones are Python's own, and show the line that failed.
-        return ["--InteractiveShell.xmode=Plain"]
 
     @default("iopub_timeout")
     def _drain_within_the_cells_limit(self):
@@ -286,7 +280,7 @@ class GuardedExecute(Step, Execute):
         """Before the notebook's first cell, in one request (a round trip is 5-8 ms): the audit hook, then the
         kernel's state to compare every check with. Where the set-up fails, the check does not run and says so."""
         canary = Canary(watch=self.preload, detail=True)
-        reply, errors = await self._ask(f"{isolated(setup(self.preload))}\n{canary.code}")
+        reply, errors = await self._ask(canary.after(isolated(setup(self.preload))))
         report, problem = canary.read(reply, errors)
         if report is None:
             raised = f"; the set-up raised {reply.get('ename')}: {reply.get('evalue')}" if reply and \
@@ -368,6 +362,10 @@ class GuardedExecute(Step, Execute):
             super().handle_comm_msg(outs, msg, cell_index)
 
     async def async_start_new_kernel(self, **kw):
+        # Plain tracebacks whatever the course's extra_arguments say (the last setting wins): IPython's default ones
+        # read and colour the source around every frame (30-60 ms an error, paid by each check, which answers with an
+        # error), and a check's error is read as a plain traceback has it (integrity.own_line)
+        self.extra_arguments = [*self.extra_arguments, PLAIN_TRACEBACKS]
         start = time.perf_counter()
         try:
             await super().async_start_new_kernel(**kw)

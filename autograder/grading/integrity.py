@@ -88,6 +88,19 @@ def raising(parameters: dict) -> str:
             f"g['EXCEPTION'])[2])({{'PARAMETERS': {json.dumps(parameters)!r}}})")
 
 
+PLAIN_TRACEBACKS = "--InteractiveShell.xmode=Plain"  # how a grading's kernel shows errors (execute.py)
+
+
+def own_line(traceback, line: int) -> bool:
+    """Whether a check's error, as the kernel showed it (IPython's plain traceback, PLAIN_TRACEBACKS: a heading, one
+    entry per frame, the error), was raised in one frame, the cell's, at the check's own `line`: at the top level,
+    after the test's last statement (Canary.after). Raised from a function the test called (an answer that read the
+    check's line from `In` and raised its error, to end the test early as if it had passed), it has the caller's
+    frame, at another line, and its own."""
+    return isinstance(traceback, list) and len(traceback) == 3 and isinstance(traceback[1], str) \
+        and f", line {line}\n" in re.sub(r"\x1b\[[0-9;]*m", "", traceback[1])
+
+
 # A check that raised in the kernel (out of threads, say): its report says so, and the grader asks again
 FAILED = "the grader's check failed in the kernel"
 CANARIES = ("ValueError", "RuntimeError", "TypeError", "LookupError", "ArithmeticError", "OSError")
@@ -189,10 +202,12 @@ class Canary:
                                PROBED=sorted(probes), MODULES=modules, DETAIL=detail,
                                IMPORTED=[list(i) for i in imported])  # in_kernel/check.py's
         self.code = raising(self.parameters)
+        self.line = 1  # the cell's line it raises from (own_line)
 
     def after(self, source: str) -> str:
         """A test cell's `source` ending in this check: a new last line, so that the test's lines keep their numbers
         (the test's last expression is no longer last, and displays nothing). Reached only where the test passed."""
+        self.line = source.count("\n") + 2
         return f"{source}\n{self.code}\n"
 
     def raised(self, reply: dict | None) -> bool:
@@ -215,9 +230,13 @@ class Canary:
         if reply.get("ename") != self.error or not evalue.startswith(self.nonce):
             return None, ("the kernel reported another error than the one raised: the code it is sent is changed (or "
                           "the check compiled before the notebook ran, or sys.audit), or its errors are")
-        if not any(e.get("ename") == self.error and e.get("evalue") == evalue for e in errors):
+        shown = next((e for e in errors if e.get("ename") == self.error and e.get("evalue") == evalue), None)
+        if shown is None:
             return None, ("errors no longer reach the grader as test failures do: the kernel's error display was "
                           "replaced (showtraceback, a custom exception handler, the session that sends them?)")
+        if not own_line(shown.get("traceback"), self.line):
+            return None, ("the check's error was raised by code the cell called, not by the check's own line: code that "
+                          "ends a test early and has it pass")
         try:
             report = json.loads(evalue[len(self.nonce):])
             assert isinstance(report.get("seconds"), float) and report["seconds"] >= 0
