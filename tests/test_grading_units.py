@@ -17,8 +17,9 @@ from autograder import config as course_config
 from course import ROOT
 
 
-# A check's error as the kernel shows it: IPython's plain traceback of a raise in the cell's own line
-SHOWN = ["Traceback (most recent call last):\n", "  Cell In[3], line 1\n    raise ...\n", "ValueError: ...\n"]
+def shown(canary) -> list[str]:
+    """A check's error as the kernel shows it: IPython's plain traceback of a raise in the check's own line."""
+    return ["Traceback (most recent call last):\n", f"  Cell In[3], line 9\n    {canary.code}\n", "ValueError: ...\n"]
 
 
 def report(state=None, faked=(), audit=None, shadows=None, modules=None, later=(), digest=0, course=None) -> dict:
@@ -30,18 +31,19 @@ def report(state=None, faked=(), audit=None, shadows=None, modules=None, later=(
 def test_a_canary_tells_what_went_wrong():
     canary = integrity.Canary(detail=True)
     def answer(canary, report):  # the reply, and the error shown
-        error = {"status": "error", "ename": canary.error, "evalue": canary.nonce + json.dumps(report), "traceback": SHOWN}
+        error = {"status": "error", "ename": canary.error, "evalue": canary.nonce + json.dumps(report),
+                 "traceback": shown(canary)}
         return error, [error]
     good = answer(canary, report())[0]
     assert canary.read(good, [good]) == (report(), None)
     assert "must fail" in canary.read({"status": "ok"}, [])[1]
     assert "errors no longer reach" in canary.read(good, [])[1]
     assert "another error" in canary.read({**good, "evalue": "other"}, [good])[1]
-    deeper = {**good, "traceback": [SHOWN[0], SHOWN[1], "  Cell In[3], line 4 in answer\n", SHOWN[2]]}
+    called = ["  Cell In[3], line 2\n    expect('a', f(1))\n", "  Cell In[3], line 4 in f\n    raise ...\n"]
+    deeper = {**good, "traceback": [good["traceback"][0], *called, good["traceback"][-1]]}
     assert "not by the check's own line" in canary.read(good, [deeper])[1], "raised by a function the cell called"
-    ended = integrity.Canary(detail=True)
-    ended.after("expect('a', f(1))\nexpect('b', f(2))")  # the check is line 3: an error shown at line 1 is not its
-    assert "not by the check's own line" in ended.read(*answer(ended, report()))[1]
+    elsewhere = {**good, "traceback": [good["traceback"][0], called[0], good["traceback"][-1]]}
+    assert "not by the check's own line" in canary.read(good, [elsewhere])[1], "raised at another line of the cell"
     assert "did not answer" in canary.read(None, [])[1]
     digest_only = {k: v for k, v in report().items() if k != "state"}
     assert "unreadable" in canary.read(*answer(canary, digest_only))[1], "asked for the state, none came"
@@ -213,6 +215,24 @@ def test_a_callback_a_test_schedules_once_is_seen_by_the_check_that_ends_the_tes
         assert not canary.raised(reply) and [e["ename"] for e in errors] == ["AssertionError"]
 
 
+def test_a_checks_error_counts_only_from_its_own_line_in_a_real_kernel():
+    """The check that ends a test reports only from its own line: so it does in a test cell that starts with blank
+    lines (IPython drops them before it numbers the lines), and an answer the test calls that raises the check's error
+    itself (read from `In`, and genuine: the kernel's state is clean), to skip the rest of the test, is found."""
+    raiser = ("import ast, sys\ndef answer():\n    line = get_ipython().user_ns['In'][-1].rstrip().splitlines()[-1]\n"
+              "    check = ast.literal_eval(line[line.rindex('({') + 1:-1])\n    sys.audit('autograder.check', check)\n"
+              "    exec(check.pop('CODE'), check)\n    raise check['EXCEPTION']")
+    with real_kernel() as ask:
+        assert ask(integrity.isolated(integrity.setup([])) + "\n" + raiser)[0]["status"] == "ok"
+        canary = integrity.Canary([], [], [])
+        reply, errors = ask(canary.after("\n\n# a test that starts with blank lines\nx = 1"))
+        assert canary.raised(reply) and canary.read(reply, errors)[1] is None
+        canary = integrity.Canary([], [], [])
+        reply, errors = ask(canary.after("answer()\nassert False, 'the rest of the test'"))
+        assert canary.raised(reply), "the answer raised the check's own error"
+        assert "not by the check's own line" in canary.read(reply, errors)[1]
+
+
 def test_a_check_that_fails_in_the_kernel_still_raises_its_error_and_says_so():
     """At a test's end, a check that raised would read as the test's own error: it raises the canary's error, whose
     report says only that it failed (the grader then checks again in a cell of its own), and a report that says so
@@ -223,7 +243,7 @@ def test_a_check_that_fails_in_the_kernel_still_raises_its_error_and_says_so():
                          ({"failed": "RuntimeError"}, "unreadable report")):
         value = canary.nonce + json.dumps(report)
         found, problem = canary.read({"status": "error", "ename": canary.error, "evalue": value},
-                                     [{"ename": canary.error, "evalue": value, "traceback": SHOWN}])
+                                     [{"ename": canary.error, "evalue": value, "traceback": shown(canary)}])
         assert found is None and said in problem, (report, problem)
 
 
@@ -362,13 +382,13 @@ def test_a_report_the_kernel_forged_is_refused_not_raised():
     forged = {"digest": 1, "faked": [], "shadows": {}, "modules": {}, "course": {}, "later": [["not", "hashable"]],
               "seconds": 0.001}
     reply = {"status": "error", "ename": canary.error, "evalue": canary.nonce + json.dumps(forged)}
-    errors = [{"ename": canary.error, "evalue": reply["evalue"], "traceback": SHOWN}]
+    errors = [{"ename": canary.error, "evalue": reply["evalue"], "traceback": shown(canary)}]
     report, problem = canary.read(reply, errors)
     assert report is None and "unreadable report" in problem
     forged["later"] = ["IPython post_run_cell callback <hidden test text>@x#1#2"]
     report, problem = canary.read({**reply, "evalue": canary.nonce + json.dumps(forged)},
                                   [{"ename": canary.error, "evalue": canary.nonce + json.dumps(forged),
-                                    "traceback": SHOWN}])
+                                    "traceback": shown(canary)}])
     baseline = {**forged, "later": [], "state": {}}
     said = integrity.what_changed(baseline, {**report, "state": {}}, {}, [], [], True)
     assert said == "left code to run later: an IPython post_run_cell callback" and "hidden" not in said
@@ -490,7 +510,7 @@ def test_any_report_a_kernel_forges_is_read_or_refused_and_never_quoted():
         canary = integrity.Canary(["abs", "expect"], ["torch.allclose"], [])
         value = canary.nonce + json.dumps(forged)
         report, problem = canary.read({"status": "error", "ename": canary.error, "evalue": value},
-                                      [{"ename": canary.error, "evalue": value, "traceback": SHOWN}])
+                                      [{"ename": canary.error, "evalue": value, "traceback": shown(canary)}])
         assert (report is None) != (problem is None)
         if report is None:
             return

@@ -100,7 +100,7 @@ def ask(canary: integrity.Canary, ip) -> tuple[dict | None, str | None]:
     space = {"PARAMETERS": json.dumps(canary.parameters), "get_ipython": lambda: ip, "CLOCK": time.perf_counter}
     exec(compile(integrity.CHECK, "<autograder>", "exec"), space)
     error = {"status": "error", "ename": type(space["EXCEPTION"]).__name__, "evalue": str(space["EXCEPTION"]),
-             "traceback": ["Traceback (most recent call last):\n", "  Cell In[1], line 1\n", "Error\n"]}
+             "traceback": ["Traceback (most recent call last):\n", f"  Cell In[1], line 1\n    {canary.code}\n", "Error\n"]}
     return canary.read(error, [error])
 
 

@@ -91,14 +91,15 @@ def raising(parameters: dict) -> str:
 PLAIN_TRACEBACKS = "--InteractiveShell.xmode=Plain"  # how a grading's kernel shows errors (execute.py)
 
 
-def own_line(traceback, line: int) -> bool:
+def own_line(traceback, nonce: str) -> bool:
     """Whether a check's error, as the kernel showed it (IPython's plain traceback, PLAIN_TRACEBACKS: a heading, one
-    entry per frame, the error), was raised in one frame, the cell's, at the check's own `line`: at the top level,
-    after the test's last statement (Canary.after). Raised from a function the test called (an answer that read the
-    check's line from `In` and raised its error, to end the test early as if it had passed), it has the caller's
-    frame, at another line, and its own."""
+    entry per frame with the line it ran, the error), was raised in one frame, the cell's, by the check's own line (it
+    holds the check's `nonce`): at the top level, after the test's last statement (Canary.after). Raised from a
+    function the test called (an answer that read the check's line from `In` and raised its error, to end the test
+    early as if it had passed), it has the caller's frame, at one of the test's lines, and its own. (The line's
+    number is not compared: IPython drops a cell's leading blank lines before it numbers them.)"""
     return isinstance(traceback, list) and len(traceback) == 3 and isinstance(traceback[1], str) \
-        and f", line {line}\n" in re.sub(r"\x1b\[[0-9;]*m", "", traceback[1])
+        and nonce in re.sub(r"\x1b\[[0-9;]*m", "", traceback[1])
 
 
 # A check that raised in the kernel (out of threads, say): its report says so, and the grader asks again
@@ -202,12 +203,10 @@ class Canary:
                                PROBED=sorted(probes), MODULES=modules, DETAIL=detail,
                                IMPORTED=[list(i) for i in imported])  # in_kernel/check.py's
         self.code = raising(self.parameters)
-        self.line = 1  # the cell's line it raises from (own_line)
 
     def after(self, source: str) -> str:
         """A test cell's `source` ending in this check: a new last line, so that the test's lines keep their numbers
         (the test's last expression is no longer last, and displays nothing). Reached only where the test passed."""
-        self.line = source.count("\n") + 2
         return f"{source}\n{self.code}\n"
 
     def raised(self, reply: dict | None) -> bool:
@@ -234,7 +233,7 @@ class Canary:
         if shown is None:
             return None, ("errors no longer reach the grader as test failures do: the kernel's error display was "
                           "replaced (showtraceback, a custom exception handler, the session that sends them?)")
-        if not own_line(shown.get("traceback"), self.line):
+        if not own_line(shown.get("traceback"), self.nonce):
             return None, ("the check's error was raised by code the cell called, not by the check's own line: code that "
                           "ends a test early and has it pass")
         try:
