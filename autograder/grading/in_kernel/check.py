@@ -2,12 +2,11 @@
 tests rely on, and of the code the notebook left to run later, carried by the exception the cell raises.
 
 start.py compiles it once, before the notebook runs; each check runs it afresh in a namespace of its own, ended by
-`EXCEPTION = canary(get_ipython(), PARAMETERS, CLOCK)` (integrity.CHECK), in a cell of its own or as a test cell's last line
-(integrity.Canary.after). PARAMETERS: the Canary's, as one
-string of JSON: NONCE, ERROR (the name of the built-in exception to raise), NAMES, CHAINS, PROBED, MODULES, DETAIL
-(whether to report the state itself, not only its digest), IMPORTED. Nothing here runs the notebook's code: its
-objects are read past descriptors, and their kinds by their types (notebooks_own.is_a: isinstance would read
-`obj.__class__`, which the notebook can define).
+`EXCEPTION = canary(get_ipython(), PARAMETERS, CLOCK)` (integrity.CHECK), in a cell of its own or as a test cell's
+last line (integrity.Canary.after). PARAMETERS: the Canary's, as one string of JSON: NONCE, ERROR (the name of the
+built-in exception to raise), NAMES, CHAINS, PROBED, MODULES, DETAIL (whether to report the state itself, not only
+its digest), IMPORTED. Nothing here runs the notebook's code: its objects are read past descriptors, and their kinds
+by their types (notebooks_own.is_a: isinstance would read `obj.__class__`, which the notebook can define).
 """
 import builtins
 import functools

@@ -3,8 +3,8 @@ that counts trace and profile functions being set, code objects of the kernel's 
 started to run the notebook's own code, so that a hook set and removed, or a thread started and ended, within one test
 cell is still seen. `sys.audit("autograder.audit", d)` copies the counts into d; `sys.audit("autograder.check", d)`
 puts the check (check.py, compiled here once: 4-5 ms a check otherwise) into d["CODE"], with d["CLOCK"] the clock it
-times itself by (time.perf_counter, as it is before the notebook runs). Then the modules the tests
-import, so that the checks know them before the notebook could put others in their place."""
+times itself by (time.perf_counter, as it is before the notebook runs). Then the modules the tests import, so that
+the checks know them before the notebook could put others in their place."""
 import sys
 import threading
 import time
