@@ -549,3 +549,32 @@ def test_what_the_check_at_a_tests_end_saw_counts_when_a_second_check_names_the_
     said = step.tampered[1]
     assert "replaced shell.run_cell" in said and "left code to run later: an event loop callback" in said, said
     assert "replaced functions the tests rely on: builtins.abs" in said, said
+
+
+def test_the_check_ending_any_test_that_passes_is_read_as_its_own_in_a_real_kernel():
+    """Generated test cells (Hypothesis) that run without an error, however IPython reads their text (leading blank
+    lines it drops, a leading indent it takes off, comments, docstrings, a line magic, no final newline): the check
+    appended to each is raised by its own line and read, and the cell's outputs then hold no error. A cell magic's
+    cell (IPython hands its text to the magic) gets a check of its own instead."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    line = st.sampled_from(["x = 1", "# a comment", '"""A docstring."""', "", "   ", "\t", "y = [1,\n     2]",
+                            "if x:\n    z = 2", "%time w = 3", "def f():\n    return 4", "assert f() == 4",
+                            "print('shown')", "x  # the last expression"])
+    with real_kernel() as ask:
+        assert ask(integrity.isolated(integrity.setup([])))[0]["status"] == "ok"
+        assert ask("x = 1\ndef f():\n    return 4")[0]["status"] == "ok"  # what the lines read
+
+        @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(st.lists(line, min_size=1, max_size=6), st.sampled_from(["", "  "]), st.sampled_from(["", "\n"]))
+        def check(lines, indent, end):
+            source = "\n".join(indent + piece.replace("\n", "\n" + indent) for piece in lines) + end
+            canary = integrity.Canary([], [], [])
+            reply, errors = ask(canary.after(source))
+            assert canary.raised(reply), (source, reply)
+            report, problem = canary.read(reply, errors)
+            assert problem is None and report is not None, (source, problem)
+            assert canary.taken_out([{"output_type": "error", **e} for e in errors]) == []
+        check()
+    assert integrity.Canary([], [], []).after("%%capture out\nx = 1") is None, "a cell magic's: a check of its own"

@@ -154,11 +154,13 @@ class GuardedExecute(Step, Execute):
         judged = test and (self.expected is not None or self.recording)
         self.reply, self.errors = None, []
         checked = self._checked_with(cell_index) if test and not self.recording else None  # cells, and their check
+        appended = None  # the check after it as the test's own last line, run in its request where the test passed
         try:
             if judged:
                 cell.source = as_graded(source)  # the expected values stay in the grader
-            if checked:  # the check after it: the test's last line, run in its own request where the test passed
-                cell.source = checked[1].after(cell.source)
+            if checked:
+                appended = checked[1].after(cell.source)
+                cell.source = appended or cell.source
             cell = await super().async_execute_cell(cell, cell_index, execution_count, store_history)
         except (DeadKernelError, CellTimeoutError) as error:
             process = getattr(getattr(self.km, "provisioner", None), "process", None)
@@ -171,9 +173,9 @@ class GuardedExecute(Step, Execute):
             self.execute_seconds += seconds
             self.own_counts(cell)
         ran = None  # the check's report as the test's last line gave it, or why there is none
-        if checked and (self.reply or {}).get("status") == "ok":  # its last line, which raises, did not run
+        if appended and (self.reply or {}).get("status") == "ok":  # its last line, which raises, did not run
             ran = checked[1].read(self.reply, self.errors)
-        elif checked and checked[1].raised(self.reply):  # the test passed, and its last line reported
+        elif appended and checked[1].raised(self.reply):  # the test passed, and its last line reported
             cell.outputs = checked[1].taken_out(cell.outputs)
             ran = checked[1].read(self.reply, self.errors)
             own = min(max(0.0, (ran[0] or {}).get("seconds", 0.0)), seconds)

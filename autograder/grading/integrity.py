@@ -18,6 +18,7 @@ check it is sent. What they do not cover is written down in README.md ("What the
 import ast
 import functools
 import json
+import os
 import random
 import re
 import secrets
@@ -204,10 +205,16 @@ class Canary:
                                IMPORTED=[list(i) for i in imported])  # in_kernel/check.py's
         self.code = raising(self.parameters)
 
-    def after(self, source: str) -> str:
+    def after(self, source: str) -> str | None:
         """A test cell's `source` ending in this check: a new last line, so that the test's lines keep their numbers
-        (the test's last expression is no longer last, and displays nothing). Reached only where the test passed."""
-        return f"{source}\n{self.code}\n"
+        (the test's last expression is no longer last, and displays nothing), indented as the cell's lines are (IPython
+        takes their common indent off). Reached only where the test passed. None for a cell IPython does not run as
+        Python (a cell magic's): its check is a cell of its own."""
+        if source.lstrip().startswith("%%"):
+            return None
+        margin = os.path.commonprefix([line[:len(line) - len(line.lstrip())] for line in source.splitlines()
+                                       if line.strip()])
+        return f"{source}\n{margin}{self.code}\n"
 
     def raised(self, reply: dict | None) -> bool:
         """Whether the request's `reply` is this check's error: a test cell ending in it (`after`) ran to its end."""
