@@ -35,6 +35,11 @@ def later_tests_of_its_exercise(nb, index: int) -> list[int]:
     return [i for i in range(index + 1, len(nb.cells)) if id(nb.cells[i]) in tests and is_test(nb.cells[i])]
 
 
+def read_by(cells: list) -> tuple[list[str], list[str]]:
+    """The global names and the attribute chains test `cells` read, together."""
+    return tuple(sorted(set().union(*found)) for found in zip(*(names_used(c.source) for c in cells)))
+
+
 class SkippedTest(str):
     """Why a test cell is not run: a test of its exercise ran past the time limit (shown as SKIPPED, not as a stop)."""
 
@@ -153,13 +158,13 @@ class GuardedExecute(Step, Execute):
         start, source = time.perf_counter(), cell.source
         judged = test and (self.expected is not None or self.recording)
         self.reply, self.errors = None, []
-        checked = self._checked_with(cell_index) if test and not self.recording else None  # cells, and their check
+        cells, canary, following = self._checked_with(cell_index) if test and not self.recording else ([], None, None)
         appended = None  # the check after it as the test's own last line, run in its request where the test passed
         try:
             if judged:
                 cell.source = as_graded(source)  # the expected values stay in the grader
-            if checked:
-                appended = checked[1].after(cell.source)
+            if canary:
+                appended = canary.after(cell.source)
                 cell.source = appended or cell.source
             cell = await super().async_execute_cell(cell, cell_index, execution_count, store_history)
         except (DeadKernelError, CellTimeoutError) as error:
@@ -174,18 +179,17 @@ class GuardedExecute(Step, Execute):
             self.own_counts(cell)
         ran = None  # the check's report as the test's last line gave it, or why there is none
         if appended and (self.reply or {}).get("status") == "ok":  # its last line, which raises, did not run
-            ran = checked[1].read(self.reply, self.errors)
-        elif appended and checked[1].raised(self.reply):  # the test passed, and its last line reported
-            cell.outputs = checked[1].taken_out(cell.outputs)
-            ran = checked[1].read(self.reply, self.errors)
+            ran = canary.read(self.reply, self.errors)
+        elif appended and canary.raised(self.reply):  # the test passed, and its last line reported
+            cell.outputs = canary.taken_out(cell.outputs)
+            ran = canary.read(self.reply, self.errors)
             own = min(max(0.0, (ran[0] or {}).get("seconds", 0.0)), seconds)
             self.execute_seconds -= own  # the check's own time in the test's request, counted as a check's
             self.check_seconds += own
         if judged:
             self.judge(cell)
-        if checked:  # a test run in a tampered kernel scores 0 too; a test cell next is checked by the same check
-            cells, _, following = checked
-            await self._trusted(cells, cell_index, after_test=True, ran=None if ran and ran[1] == FAILED else ran)
+        if canary:  # a test run in a tampered kernel scores 0 too; a test cell next is checked by the same check
+            await self._trusted(cells, cell_index, after_test=True, ran=ran)
             self.checked_before = following
         return cell
 
@@ -201,8 +205,7 @@ class GuardedExecute(Step, Execute):
 
     def _canary(self, cells: list, detail: bool, imported: list[list[str]]) -> Canary:
         """A check before (or after the first of) test `cells`: of the names and attribute chains they read."""
-        names, chains = (sorted(set().union(*found)) for found in zip(*(names_used(c.source) for c in cells)))
-        return Canary(names, chains, self.probes, watch=self.preload, detail=detail, imported=imported)
+        return Canary(*read_by(cells), self.probes, watch=self.preload, detail=detail, imported=imported)
 
     async def _check_raise_for_error(self, cell, cell_index, exec_reply):
         """nbclient's, keeping the reply's content: a test whose last line is its check (Canary.after) passed where the
@@ -304,13 +307,13 @@ class GuardedExecute(Step, Execute):
     async def _trusted(self, cells: list, cell_index: int, after_test: bool,
                        ran: tuple[dict | None, str | None] | None = None) -> bool:
         """Check the kernel before the test `cells` (or after the first of them; `ran`: that check's report as the
-        test's own last line gave it, or why there is none); if it was tampered with, say so in test cell
-        `cell_index`, which then scores 0."""
+        test's own last line gave it, or why there is none: asked again in a cell of its own where it failed in the
+        kernel); if it was tampered with, say so in test cell `cell_index`, which then scores 0."""
         if self.recording:  # the solution's own run: the instructor's code, with nothing to catch (14-24 checks: 0.3 s)
             return True
-        names, chains = (sorted(set().union(*found)) for found in zip(*(names_used(c.source) for c in cells)))
+        names, chains = read_by(cells)
         imported = bound_by_import(cells[0].source) if after_test else []  # what the test just run imported
-        report, problem = ran or await self._report(cells, detail=False, imported=imported)
+        report, problem = ran if ran and ran[1] != FAILED else await self._report(cells, detail=False, imported=imported)
         if report is not None and report["digest"] != self.baseline["digest"]:  # the state changed: which of it
             first = report
             report, problem = await self._report(cells, detail=True, imported=imported)

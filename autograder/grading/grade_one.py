@@ -372,13 +372,13 @@ def bookkeeping(job: Job, nb) -> None:
 
 
 def warm_up(config: Config, template: Path, assignment: str, notebook: str, tests: dict[str, str]) -> None:
-    """A grading rehearsed once in the batch's own process before it forks them, and what it loads and keeps
-    inherited: the release handed in as it is, its hand-in built with the instructor's `tests` (the hidden tests are
-    every hand-in's) and read as a grading reads it (which lesson cells need not run; the execute step's reading of
-    the tests), then graded as if every test had failed (no kernel: the batch's process must not hold one when it
-    forks) by nbgrader's steps, its scores read and its feedback made (`bookkeeping`): nbgrader's metadata schema
-    checked, the kernel's spec read, SQLAlchemy's first use (0.15 s) and a grading's statements compiled in the engine the gradings inherit,
-    the feedback page's templates compiled, the lesson's code highlighted and its markdown rendered, the tests'
+    """A grading rehearsed once in the batch's own process before it forks them, and what it loads and keeps inherited:
+    the release handed in as it is, its hand-in built with the instructor's `tests` (the hidden tests are every
+    hand-in's) and read as a grading reads it (which lesson cells need not run; the execute step's reading of the
+    tests), then graded as if every test had failed (no kernel: the batch's process must not hold one when it forks) by
+    nbgrader's steps, its scores read and its feedback made (`bookkeeping`): nbgrader's metadata schema checked, the
+    kernel's spec read, SQLAlchemy's first use (0.15 s) and a grading's statements compiled in the engine the gradings
+    inherit, the feedback page's templates compiled, the lesson's code highlighted and its markdown rendered, the tests'
     notices and messages made."""
     release = nbformat.read(template / "release" / assignment / notebook, as_version=4)
     rehearsed = handin.build(handin.sources(handin.load(nbformat.writes(release).encode()), release), release, tests)
@@ -389,7 +389,8 @@ def warm_up(config: Config, template: Path, assignment: str, notebook: str, test
     schema_checked_once()
     # the kernel's spec, as its grading's manager reads it: jupyter_client then knows its provisioners (an entry point
     # scan, 5-7 ms a grading otherwise)
-    SandboxedKernelManager(config=config, kernel_name=release.metadata.get("kernelspec", {}).get("name", "python3")).kernel_spec
+    kernel_name = release.metadata.get("kernelspec", {}).get("name", "python3")
+    SandboxedKernelManager(config=config, kernel_name=kernel_name).kernel_spec
     job = Job(student_id="warm-up", assignment=assignment, notebook=notebook, submitted="", template=str(template),
               scratch=str(template.parent / "warm-up"), out=str(template.parent / "warm-up-out"), config=config,
               tests=tests)

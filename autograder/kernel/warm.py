@@ -11,11 +11,11 @@ forbids new user namespaces in the sandbox's (a kernel exploit's reach stays as 
 
 The parent imports ipykernel, torch and MODULE... once, starts no thread, touches no CUDA, runs no student code, and
 listens on SOCKET. For each connection it forks a child, PID 1 of a PID namespace of its own, that joins the kernel's
-cgroups and forks that hand-in's kernel, in namespaces of its own: mounts (a fresh /tmp, /dev/shm and home with the working folder, capped in size
-and files; the root and /dev read-only; every other hand-in's runtime folder, and the parent's socket, hidden), PIDs
-(a fresh /proc: no process of the parent's or another hand-in's is visible or signalled), network (loopback only, its
-own ports) and SysV IPC. The kernel becomes the sandbox's user without capabilities, with the limits, and runs
-ipykernel; the child collects orphans until it ends.
+cgroups and forks that hand-in's kernel, in namespaces of its own: mounts (a fresh /tmp, /dev/shm and home with the
+working folder, capped in size and files; the root and /dev read-only; every other hand-in's runtime folder, and the
+parent's socket, hidden), PIDs (a fresh /proc: no process of the parent's or another hand-in's is visible or signalled),
+network (loopback only, its own ports) and SysV IPC. The kernel becomes the sandbox's user without capabilities, with
+the limits, and runs ipykernel; the child collects orphans until it ends.
 Forking takes milliseconds where a fresh interpreter takes seconds to import torch (FACTS.md); a child that ends,
 however it ends, leaves the parent as it was, because the parent never runs what a child runs.
 
