@@ -3,8 +3,9 @@ changes under it (tests/test_nbgrader_patches.py). Each replaces one name nbgrad
 changes what nbgrader writes.
 
 - `alembic_head`: the schema version of a new gradebook, read in this process (applied on import).
-- `share_engines`: one SQLAlchemy engine for the scratch gradebooks of a grading's process (applied by a grading, and
-  for its rehearsal in the batch's process by `shared_engine`).
+- `share_engines`: one SQLAlchemy engine for the scratch gradebooks of a grading's process, its connection and the
+  gradebook's tables checked kept from one opening to the next of the same file (applied by a grading, and for its
+  rehearsal in the batch's process by `shared_engine`).
 - `schema_checked_once`: nbgrader's metadata schema checked once per process, not at each cell (applied by a grading).
 """
 
@@ -17,7 +18,7 @@ import jsonschema
 import nbgrader.api
 import nbgrader.nbgraderformat.common
 from sqlalchemy import create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.pool import QueuePool
 
 NBGRADERS_ALEMBIC_VERSION = nbgrader.api.get_alembic_version  # kept for the test that compares the two
@@ -35,7 +36,8 @@ def alembic_head() -> str:
         return ScriptDirectory.from_config(AlembicConfig(ini)).get_current_head()
 
 
-SHARED: dict = {"engine": None, "file": None}  # a grading's one engine, and the gradebook file it opens (share_engines)
+# a grading's one engine, the gradebook file it opens, and the file whose tables nbgrader has checked (share_engines)
+SHARED: dict = {"engine": None, "file": None, "tables": None}
 
 
 def one_engine(url, **kw):
@@ -52,12 +54,27 @@ def one_engine(url, **kw):
             **kw)
         # a scratch gradebook is read once and deleted: its commits (about 40 a grading) need not reach the disk
         event.listen(engine, "connect", lambda connection, _: connection.execute("PRAGMA synchronous = OFF"))
+        # nbgrader's Gradebook.close disposes of its engine, closing its connections: here the next opening of the same
+        # file takes the connection up again (forget_engines and a change of file close it)
+        engine.dispose = lambda close=True: None
     if SHARED["file"] != database:
         if engine.pool.checkedout():
             raise RuntimeError("a grading opened a second gradebook while one was in use: they would share connections")
-        engine.dispose()
+        Engine.dispose(engine)
         SHARED["file"] = database
     return engine
+
+
+def tables_checked_once(create_all):
+    """nbgrader's `Base.metadata.create_all`, which its Gradebook runs at each opening (a query for each of its 15
+    tables), run once per file on the shared engine: the tables it made or found stay, since only nbgrader makes them."""
+    def create(bind, **kw):
+        if bind is not SHARED["engine"] or SHARED["tables"] != SHARED["file"]:
+            create_all(bind=bind, **kw)
+            if bind is SHARED["engine"]:
+                SHARED["tables"] = SHARED["file"]
+    create.once = True
+    return create
 
 
 def share_engines() -> None:
@@ -65,8 +82,11 @@ def share_engines() -> None:
     SQLAlchemy engine for them all. nbgrader opens a Gradebook a dozen times in a grading, each with an engine of its
     own, and SQLAlchemy compiles every statement again for each engine (it keeps compiled SQL per engine: 0.02-0.04 s
     a grading); made in the batch's process by its rehearsal (`shared_engine`), the engine a grading inherits has
-    them compiled. `forget_engines` before a gradebook's file is replaced."""
+    them compiled. An opening of the file opened last takes its connection up again, its tables checked (about 1 ms
+    of the 2 an opening costs). `forget_engines` before a gradebook's file is replaced."""
     nbgrader.api.create_engine = one_engine
+    if not getattr(nbgrader.api.Base.metadata.create_all, "once", False):
+        nbgrader.api.Base.metadata.create_all = tables_checked_once(nbgrader.api.Base.metadata.create_all)
 
 
 @contextmanager
@@ -87,8 +107,8 @@ def forget_engines() -> None:
     """Close the shared engine's connections (the file they were open on is about to be replaced, or the process to
     fork); its compiled statements stay."""
     if SHARED["engine"] is not None:
-        SHARED["engine"].dispose()
-    SHARED["file"] = None
+        Engine.dispose(SHARED["engine"])
+    SHARED["file"] = SHARED["tables"] = None
 
 
 VALIDATORS: dict = {}  # nbgrader's metadata schema (as JSON) -> its validator, checked (schema_checked_once)

@@ -200,6 +200,28 @@ def test_a_warm_kernels_processes_are_all_gone_before_the_slots_next_kernel_is_f
     assert pool.slots[0].process.returncode is not None and not processes.descendants(parent)
 
 
+def test_a_warm_parents_malloc_heap_is_in_huge_pages_where_the_machine_offers_them():
+    """Forking a warm parent (twice a hand-in) copies an entry per page of its memory, and a kernel's end frees them:
+    its malloc heap is in 2 MB pages (sandbox.HUGE_HEAP), which glibc makes only where it can read the machine's huge
+    page settings inside the sandbox. Without them the heap is all 4 kB pages."""
+    from autograder.kernel import sandbox
+    from autograder.kernel.manager import WarmParents, processes
+    glibc = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    if not sandbox.huge_pages_split() or "[never]" in Path(sandbox.THP, "enabled").read_text() or \
+            tuple(int(n) for n in re.findall(r"\d+", glibc)[:2]) < (2, 35):
+        pytest.skip(f"no huge pages for malloc here ({os.uname().release}, {glibc})")
+    pool = WarmParents(1, Config({"SandboxedKernelManager": {"warm_modules": []}})).ready()
+    try:
+        assert pool.socket_of(0), "no warm parent on this machine"
+        huge = {}
+        for pid in processes.descendants(pool.slots[0].process.pid):
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                huge[pid] = sum(int(line.split()[1]) for line in f if line.startswith("AnonHugePages:"))
+        assert max(huge.values()) > 32 << 10, huge  # kB: of the 100 MB torch leaves in the heap
+    finally:
+        pool.close()
+
+
 def test_a_fork_bomb_in_one_slot_leaves_the_other_slots_kernel_its_whole_process_limit():
     """Each slot's warm parent has a user namespace of its own, where the process limit counts its kernels' processes
     only: a kernel at its limit leaves a kernel graded beside it, in another slot, as many. (With one parent for both

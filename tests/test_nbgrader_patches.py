@@ -28,7 +28,8 @@ def test_a_grading_opens_its_gradebooks_one_at_a_time_through_one_engine(tmp_pat
     engine for every gradebook of the process, its connections on the file last named; a second file opened while a
     connection to the first is in use is refused (they would share connections)."""
     monkeypatch.setattr(nbgrader.api, "create_engine", nbgrader.api.create_engine)  # put back after the test
-    monkeypatch.setattr(nbgrader_patches, "SHARED", {"engine": None, "file": None})
+    monkeypatch.setattr(nbgrader_patches, "SHARED", {"engine": None, "file": None, "tables": None})
+    monkeypatch.setattr(nbgrader.api.Base.metadata, "create_all", nbgrader.api.Base.metadata.create_all)
     first_url, second_url = (f"sqlite:///{tmp_path / name}" for name in ("first.db", "second.db"))
     nbgrader_patches.share_engines()
     with Gradebook(first_url) as first, Gradebook(first_url) as again:
@@ -47,12 +48,47 @@ def test_a_grading_opens_its_gradebooks_one_at_a_time_through_one_engine(tmp_pat
     assert nbgrader_patches.SHARED["file"] is None and nbgrader_patches.SHARED["engine"] is first.engine
 
 
+def test_a_gradings_gradebook_opened_again_keeps_its_connection_and_its_tables_checked(tmp_path, monkeypatch):
+    """nbgrader's Gradebook checks its tables at each opening (Base.metadata.create_all, the name share_engines
+    replaces) and closes its engine's connections at each closing: through the shared engine, the second opening of a
+    file connects no more and checks no table; another file, or the same one after forget_engines (replaced by a new
+    attempt's copy), is connected to and checked afresh."""
+    from sqlalchemy import event
+    monkeypatch.setattr(nbgrader.api, "create_engine", nbgrader.api.create_engine)
+    monkeypatch.setattr(nbgrader.api.Base.metadata, "create_all", nbgrader.api.Base.metadata.create_all)
+    monkeypatch.setattr(nbgrader_patches, "SHARED", {"engine": None, "file": None, "tables": None})
+    nbgrader_patches.share_engines()
+    first_url, second_url = (f"sqlite:///{tmp_path / name}" for name in ("first.db", "second.db"))
+    with Gradebook(first_url) as gb:
+        gb.add_student("alice")
+    seen = {"connect": 0, "table checks": 0}
+    engine = nbgrader_patches.SHARED["engine"]
+    event.listen(engine, "connect", lambda *_: seen.__setitem__("connect", seen["connect"] + 1))
+    event.listen(engine, "before_cursor_execute", lambda _c, _cur, statement, *rest: seen.__setitem__(
+        "table checks", seen["table checks"] + statement.startswith("PRAGMA main.table_info")))
+
+    def opened(url) -> dict:
+        before = dict(seen)
+        with Gradebook(url) as gb:
+            gb.find_student("alice") if url == first_url else gb.add_student("bob")
+        return {k: seen[k] - before[k] for k in seen}
+
+    assert opened(first_url) == {"connect": 0, "table checks": 0}
+    assert opened(second_url) == {"connect": 1, "table checks": len(nbgrader.api.Base.metadata.tables)}
+    nbgrader_patches.forget_engines()
+    assert opened(first_url) == {"connect": 1, "table checks": len(nbgrader.api.Base.metadata.tables)}
+    assert opened(first_url) == {"connect": 0, "table checks": 0}
+    nbgrader_patches.forget_engines()
+    assert engine.pool.checkedin() == 0, "forget_engines left a connection open"
+
+
 def test_the_batchs_rehearsal_leaves_nbgraders_own_engines_and_a_compiled_engine_for_the_gradings(tmp_path, monkeypatch):
     """shared_engine: the one engine while it lasts, then nbgrader's create_engine again (the course's gradebook keeps
     an engine of its own, whose writes reach the disk); the one engine stays with what it compiled, connections closed."""
     original = nbgrader.api.create_engine
     monkeypatch.setattr(nbgrader.api, "create_engine", original)
-    monkeypatch.setattr(nbgrader_patches, "SHARED", {"engine": None, "file": None})
+    monkeypatch.setattr(nbgrader_patches, "SHARED", {"engine": None, "file": None, "tables": None})
+    monkeypatch.setattr(nbgrader.api.Base.metadata, "create_all", nbgrader.api.Base.metadata.create_all)
     with nbgrader_patches.shared_engine():
         with Gradebook(f"sqlite:///{tmp_path / 'rehearsal.db'}") as gb:
             gb.add_student("warm-up")

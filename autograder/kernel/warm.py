@@ -46,11 +46,12 @@ CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWIPC = 0x20000, 0x20000000, 0x4
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 4, 24, 38, 47
 UID = 1000  # the sandbox's user, as sandbox.py makes it
-# What ipykernel imports while it starts a kernel (its debugger loads debugpy: 0.1 s). Not matplotlib_inline's backend:
-# imported where there is no IPython shell yet, it would not hook itself into the kernel's.
+# What ipykernel imports while it starts a kernel (its debugger loads debugpy: 0.1 s; IPython's history, sqlite3; its
+# event loop, tornado's asyncio). Not matplotlib_inline's backend: imported where there is no IPython shell yet, it
+# would not hook itself into the kernel's.
 KERNEL_MODULES = ("ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell", "ipykernel.debugger",
                   "IPython.core.completerlib", "IPython.core.debugger", "IPython.core.oinspect",
-                  "IPython.extensions.storemagic")
+                  "IPython.extensions.storemagic", "sqlite3", "tornado.platform.asyncio")
 PROC_COVERED = ("sys", "sysrq-trigger", "irq", "bus")  # read-only in a fresh /proc, as bwrap makes its own
 # A hand-in's runtime root holds only the folders above its runtime folder's mount point
 RUNTIME_ROOT = "size=1m,nr_inodes=8,mode=0755"
