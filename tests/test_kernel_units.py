@@ -222,6 +222,30 @@ def test_a_warm_parents_malloc_heap_is_in_huge_pages_where_the_machine_offers_th
         pool.close()
 
 
+def test_a_forked_kernel_gets_the_list_of_module_files_its_parent_made():
+    """IPythonKernel lists every loaded module's file as it is made, through ipykernel.ipkernel's `sys.modules` (the
+    name warm.ListedModules stands in for, while the kernel is made): a forked kernel's list is the one its parent made
+    (torch's among them), and its module sees the real sys afterwards."""
+    import inspect
+    from ipykernel.ipkernel import IPythonKernel
+    from autograder.kernel.manager import WarmParents
+    assert "sys.modules" in inspect.getsource(IPythonKernel.__init__), "ipykernel no longer lists sys.modules there"
+    config = Config({"SandboxedKernelManager": {"warm_modules": []}})
+    pool = WarmParents(1, config).ready()
+    try:
+        assert pool.socket_of(0), "no warm parent on this machine"
+        manager, client = forked_in(config, pool.socket_of(0))
+        try:
+            said = printed(client, "import sys, ipykernel.ipkernel as k\nfiles = get_ipython().kernel._kernel_modules\n"
+                                   "print(k.sys is sys, len(files) > 1000, "
+                                   "any(f.endswith('torch/__init__.py') for f in files))")
+            assert said.split() == ["True", "True", "True"], said
+        finally:
+            ended(manager, client)
+    finally:
+        pool.close()
+
+
 def test_a_fork_bomb_in_one_slot_leaves_the_other_slots_kernel_its_whole_process_limit():
     """Each slot's warm parent has a user namespace of its own, where the process limit counts its kernels' processes
     only: a kernel at its limit leaves a kernel graded beside it, in another slot, as many. (With one parent for both
