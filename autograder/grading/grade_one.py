@@ -109,11 +109,18 @@ class Feedback(GenerateFeedback):
         super().convert_single_notebook(notebook_filename)
 
 
+RELEASES: dict[Path, object] = {}  # each release notebook read, as the batch's rehearsal read it (warm_up)
+
+
 def release_of(job: Job):
-    try:
-        return nbformat.read(Path(job.template) / "release" / job.assignment / job.notebook, as_version=4)
-    except OSError as error:
-        raise GraderError(f"the batch's template course is unreadable ({error})") from None
+    """The notebook released to students: read once, in the batch's process, for the gradings it forks (3 ms each)."""
+    path = Path(job.template) / "release" / job.assignment / job.notebook
+    if path not in RELEASES:
+        try:
+            RELEASES[path] = nbformat.read(path, as_version=4)
+        except OSError as error:
+            raise GraderError(f"the batch's template course is unreadable ({error})") from None
+    return RELEASES[path]
 
 
 def course_config(job: Job, root: Path) -> Config:
@@ -383,7 +390,10 @@ def warm_up(config: Config, template: Path, assignment: str, notebook: str, test
     kernel's spec read, SQLAlchemy's first use (0.15 s) and a grading's statements compiled in the engine the gradings
     inherit, the feedback page's templates compiled, the lesson's code highlighted and its markdown rendered, the tests'
     notices and messages made."""
-    release = nbformat.read(template / "release" / assignment / notebook, as_version=4)
+    job = Job(student_id="warm-up", assignment=assignment, notebook=notebook, submitted="", template=str(template),
+              scratch=str(template.parent / "warm-up"), out=str(template.parent / "warm-up-out"), config=config,
+              tests=tests)
+    release = release_of(job)
     rehearsed = handin.build(handin.sources(handin.load(nbformat.writes(release).encode()), release), release, tests)
     skippable(rehearsed, release)
     tests_read(rehearsed)
@@ -394,9 +404,6 @@ def warm_up(config: Config, template: Path, assignment: str, notebook: str, test
     # scan, 5-7 ms a grading otherwise)
     kernel_name = release.metadata.get("kernelspec", {}).get("name", "python3")
     SandboxedKernelManager(config=config, kernel_name=kernel_name).kernel_spec
-    job = Job(student_id="warm-up", assignment=assignment, notebook=notebook, submitted="", template=str(template),
-              scratch=str(template.parent / "warm-up"), out=str(template.parent / "warm-up-out"), config=config,
-              tests=tests)
     (Path(job.out) / "feedback").mkdir(parents=True, exist_ok=True)
     try:
         with shared_engine(), warnings.catch_warnings():
