@@ -222,6 +222,28 @@ def test_a_warm_parents_malloc_heap_is_in_huge_pages_where_the_machine_offers_th
         pool.close()
 
 
+def test_a_gloo_process_group_forms_in_a_forked_kernel():
+    """06 and 07 form process groups in the kernel. Gloo reads /sys when it finds it: the sandbox's /sys, which holds
+    only the huge page settings (sandbox.huge_page_settings), must be readable by the sandbox's user or gloo cannot
+    start ("Permission denied" where bwrap had made /sys its owner's alone, with a grader running as root)."""
+    from autograder.kernel.manager import WarmParents
+    config = Config({"SandboxedKernelManager": {"warm_modules": []}})
+    pool = WarmParents(1, config).ready()
+    try:
+        assert pool.socket_of(0), "no warm parent on this machine"
+        manager, client = forked_in(config, pool.socket_of(0))
+        try:
+            said = printed(client, "import torch.distributed as dist\nfrom datetime import timedelta\n"
+                                   "store = dist.TCPStore('127.0.0.1', 0, is_master=True, timeout=timedelta(seconds=20))\n"
+                                   "dist.init_process_group('gloo', store=store, rank=0, world_size=1)\n"
+                                   "print(dist.get_world_size())\ndist.destroy_process_group()")
+            assert said.splitlines()[:1] == ["1"], said  # then c10d's warning that the sandbox has no hostname
+        finally:
+            ended(manager, client)
+    finally:
+        pool.close()
+
+
 def test_a_forked_kernel_gets_the_list_of_module_files_its_parent_made():
     """IPythonKernel lists every loaded module's file as it is made, through ipykernel.ipkernel's `sys.modules` (the
     name warm.ListedModules stands in for, while the kernel is made): a forked kernel's list is the one its parent made

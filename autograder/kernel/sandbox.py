@@ -149,6 +149,14 @@ def join_cgroups(folders: list[str]) -> None:
             procs.write("0")
 
 
+def huge_page_settings() -> list[str]:
+    """bwrap's options for the machine's huge page settings, where glibc reads them, read-only; the folders above them
+    made readable (bwrap makes a mount point's missing folders for its owner alone, and gloo, finding /sys but not
+    reading it, cannot start a process group)."""
+    folders = [THP.rsplit("/", depth)[0] for depth in range(THP.count("/") - 1, 0, -1)]  # /sys, /sys/kernel, ...
+    return [*(a for folder in folders for a in ("--perms", "0755", "--dir", folder)), "--ro-bind-try", THP, THP]
+
+
 def huge_pages_split() -> bool:
     """Whether this Linux copies 4 kB of a shared huge page that a process writes to (5.8 and later), not 2 MB."""
     try:
@@ -243,7 +251,7 @@ def bwrap_command(args, kernel: list[str], files_from: str | None, warm: bool = 
             # bwrap mounts in this order: the private folders first, so that none hides a folder bound below it
             # (a course under /tmp, /dev/shm or a home folder)
             "--proc", "/proc", "--dev", "/dev", *private, *binds(args.read_only), "--ro-bind", WARM_PY, WARM_SCRIPT,
-            *(["--ro-bind-try", THP, THP] if huge else []),  # where glibc reads the huge page size
+            *(huge_page_settings() if huge else []),
             "--perms", "0777", "--dir", WORK, *starting_files(files_from),
             "--bind", args.runtime, os.path.realpath(args.runtime), "--chdir", WORK]
     return command + reachable(command) + ["--", *first, *kernel]
