@@ -222,10 +222,8 @@ def test_a_warm_parents_malloc_heap_is_in_huge_pages_where_the_machine_offers_th
         pool.close()
 
 
-def test_a_gloo_process_group_forms_in_a_forked_kernel():
-    """06 and 07 form process groups in the kernel. Gloo reads /sys when it finds it: the sandbox's /sys, which holds
-    only the huge page settings (sandbox.huge_page_settings), must be readable by the sandbox's user or gloo cannot
-    start ("Permission denied" where bwrap had made /sys its owner's alone, with a grader running as root)."""
+def said_in_a_forked_kernel(code: str) -> str:
+    """What `code` prints in a kernel forked from a warm parent of its own (warm modules: torch and ipykernel's)."""
     from autograder.kernel.manager import WarmParents
     config = Config({"SandboxedKernelManager": {"warm_modules": []}})
     pool = WarmParents(1, config).ready()
@@ -233,15 +231,22 @@ def test_a_gloo_process_group_forms_in_a_forked_kernel():
         assert pool.socket_of(0), "no warm parent on this machine"
         manager, client = forked_in(config, pool.socket_of(0))
         try:
-            said = printed(client, "import torch.distributed as dist\nfrom datetime import timedelta\n"
-                                   "store = dist.TCPStore('127.0.0.1', 0, is_master=True, timeout=timedelta(seconds=20))\n"
-                                   "dist.init_process_group('gloo', store=store, rank=0, world_size=1)\n"
-                                   "print(dist.get_world_size())\ndist.destroy_process_group()")
-            assert said.splitlines()[:1] == ["1"], said  # then c10d's warning that the sandbox has no hostname
+            return printed(client, code)
         finally:
             ended(manager, client)
     finally:
         pool.close()
+
+
+def test_a_gloo_process_group_forms_in_a_forked_kernel():
+    """06 and 07 form process groups in the kernel. Gloo reads /sys when it finds it: the sandbox's /sys, which holds
+    only the huge page settings (sandbox.huge_page_settings), must be readable by the sandbox's user or gloo cannot
+    start ("Permission denied" where bwrap had made /sys its owner's alone, with a grader running as root)."""
+    said = said_in_a_forked_kernel("import torch.distributed as dist\nfrom datetime import timedelta\n"
+                                   "store = dist.TCPStore('127.0.0.1', 0, is_master=True, timeout=timedelta(seconds=20))\n"
+                                   "dist.init_process_group('gloo', store=store, rank=0, world_size=1)\n"
+                                   "print(dist.get_world_size())\ndist.destroy_process_group()")
+    assert said.splitlines()[:1] == ["1"], said  # then c10d's warning that the sandbox has no hostname
 
 
 def test_a_forked_kernel_gets_the_list_of_module_files_its_parent_made():
@@ -250,22 +255,10 @@ def test_a_forked_kernel_gets_the_list_of_module_files_its_parent_made():
     (torch's among them), and its module sees the real sys afterwards."""
     import inspect
     from ipykernel.ipkernel import IPythonKernel
-    from autograder.kernel.manager import WarmParents
     assert "sys.modules" in inspect.getsource(IPythonKernel.__init__), "ipykernel no longer lists sys.modules there"
-    config = Config({"SandboxedKernelManager": {"warm_modules": []}})
-    pool = WarmParents(1, config).ready()
-    try:
-        assert pool.socket_of(0), "no warm parent on this machine"
-        manager, client = forked_in(config, pool.socket_of(0))
-        try:
-            said = printed(client, "import sys, ipykernel.ipkernel as k\nfiles = get_ipython().kernel._kernel_modules\n"
-                                   "print(k.sys is sys, len(files) > 1000, "
-                                   "any(f.endswith('torch/__init__.py') for f in files))")
-            assert said.split() == ["True", "True", "True"], said
-        finally:
-            ended(manager, client)
-    finally:
-        pool.close()
+    said = said_in_a_forked_kernel("import sys, ipykernel.ipkernel as k\nfiles = get_ipython().kernel._kernel_modules\n"
+                                   "print(k.sys is sys, len(files) > 1000, any(f.endswith('torch/__init__.py') for f in files))")
+    assert said.split() == ["True", "True", "True"], said
 
 
 def test_a_fork_bomb_in_one_slot_leaves_the_other_slots_kernel_its_whole_process_limit():
