@@ -1,6 +1,6 @@
 """nbgrader, patched at run time where it is slow, each patch with why and the test that fails when nbgrader's behaviour
-changes under it (tests/test_nbgrader_patches.py). Each replaces one name nbgrader's module looks up when it runs; none
-changes what nbgrader writes.
+changes under it (tests/test_nbgrader_patches.py). Each replaces one name nbgrader looks up when it runs (a module's,
+or `create_all` of its tables' metadata); none changes what nbgrader writes.
 
 - `alembic_head`: the schema version of a new gradebook, read in this process (applied on import).
 - `share_engines`: one SQLAlchemy engine for the scratch gradebooks of a grading's process, its connection and the

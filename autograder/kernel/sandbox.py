@@ -6,8 +6,9 @@
     python autograder/kernel/sandbox.py --check [--bwrap PATH]
 
 Inside, the kernel sees the machine's programs and libraries (/usr), the --read-only folders (the Python environment,
-the course's data), its runtime folder (connection file and ipc sockets) and a private, empty home with its working
-folder, /tmp and /dev/shm, each capped in size and in files; nothing else, and nothing it can write but these. It has
+the course's data), its runtime folder (connection file and ipc sockets), in a warm parent's sandbox the machine's huge
+page settings (read-only, for glibc: HUGE_HEAP), and a private, empty home with its working folder, /tmp and /dev/shm,
+each capped in size and in files; nothing else, and nothing it can write but these. It has
 its own PID, network (loopback only), IPC, UTS and user namespaces, runs as an unprivileged user with limits on memory
 and processes, in the --cgroup cgroups the grader made for it (joined before anything else runs), and dies with its
 parent. Inside the sandbox warm.py runs first, with the capabilities of the sandbox's user namespace: it caps the
@@ -29,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 HOME, WORK, UID = "/home/student", "/home/student/work", 1000  # the student's folders and identity inside
 ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "nsswitch.conf", "os-release", "fonts")
@@ -45,7 +47,8 @@ WARM_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm.py")
 # A warm parent's malloc heap (torch's half of its memory) in 2 MB pages: each fork copies, and each kernel's end frees,
 # one entry per 2 MB of it rather than 512 (4 ms of the 17 a fork and exit of a warm parent cost, twice a hand-in). From
 # Linux 5.8 a child's first write to a shared huge page copies 4 kB of it, as before, not the whole 2 MB page.
-HUGE_HEAP, THP = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}, "/sys/kernel/mm/transparent_hugepage"
+HUGE_HEAP = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+THP = "/sys/kernel/mm/transparent_hugepage"  # where glibc reads the huge page size
 MAX_STARTING_FILES = 256 << 20  # the files nbgrader puts beside the notebook (an assignment's data), at most
 CLONE_NEWUSER = 0x10000000
 
@@ -153,7 +156,7 @@ def huge_page_settings() -> list[str]:
     """bwrap's options for the machine's huge page settings, where glibc reads them, read-only; the folders above them
     made readable (bwrap makes a mount point's missing folders for its owner alone, and gloo, finding /sys but not
     reading it, cannot start a process group)."""
-    folders = [THP.rsplit("/", depth)[0] for depth in range(THP.count("/") - 1, 0, -1)]  # /sys, /sys/kernel, ...
+    folders = [str(p) for p in reversed(Path(THP).parents) if p != Path("/")]  # /sys, /sys/kernel, /sys/kernel/mm
     return [*(a for folder in folders for a in ("--perms", "0755", "--dir", folder)), "--ro-bind-try", THP, THP]
 
 

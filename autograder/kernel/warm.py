@@ -236,6 +236,14 @@ class ListedModules:
 LISTED: dict = {}  # the parent's modules with a file, as ListedModules shows them (filled before the first fork)
 
 
+def listed_modules() -> dict:
+    """The loaded modules that have a file, each as a stand-in holding a copy of its file's name: made together, they
+    lie side by side in a few pages."""
+    files = {name: getattr(module, "__file__", None) for name, module in list(sys.modules.items())}
+    return {name: types.SimpleNamespace(__file__=file.encode().decode()) for name, file in files.items()
+            if file and isinstance(file, str)}
+
+
 def code_of(status: int) -> int:
     """An exit status as bwrap reports it: the exit code, or 128 + N for signal N."""
     return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
@@ -478,9 +486,7 @@ def main() -> None:
         except ImportError as error:  # a kernel that needs it fails as a fresh one would
             print(f"autograder warm kernel: {name} not imported ({error})", file=sys.stderr, flush=True)
     warm_caches()
-    files = {name: getattr(module, "__file__", None) for name, module in list(sys.modules.items())}
-    LISTED.update((name, types.SimpleNamespace(__file__=file.encode().decode()))  # copies, side by side
-                  for name, file in files.items() if file and isinstance(file, str))
+    LISTED.update(listed_modules())
     # What was imported is never garbage: out of the collector's sight, a kernel's collections skip its millions of
     # objects (with torch loaded, a full one took 0.1 s) and leave the pages it shares with this parent unwritten.
     gc.freeze()
