@@ -141,13 +141,14 @@ def test_the_kernel_command_goes_through_the_sandbox_with_a_short_socket_path():
     shutil.rmtree(os.path.dirname(manager.connection_file))
 
 
-def forked_in(config, slot_socket: str):
-    """A kernel forked from the warm parent at `slot_socket`, started, with a client: (manager, client)."""
+def forked_in(config, slot_socket: str, **start):
+    """A kernel forked from the warm parent at `slot_socket`, started (with `start`'s keywords), with a client:
+    (manager, client)."""
     from jupyter_client.utils import run_sync
     config = copy.deepcopy(config)
     config.SandboxedKernelManager.warm = slot_socket
     manager = SandboxedKernelManager(kernel_name="python3", config=config)
-    run_sync(manager.start_kernel)()
+    run_sync(manager.start_kernel)(**start)
     client = manager.blocking_client()
     client.start_channels()
     client.wait_for_ready(timeout=60)
@@ -247,6 +248,37 @@ def test_a_gloo_process_group_forms_in_a_forked_kernel():
                                    "dist.init_process_group('gloo', store=store, rank=0, world_size=1)\n"
                                    "print(dist.get_world_size())\ndist.destroy_process_group()")
     assert said.splitlines()[:1] == ["1"], said  # then c10d's warning that the sandbox has no hostname
+
+
+def test_a_forked_kernel_runs_the_checks_set_up_as_it_starts_with_the_check_its_parent_compiled():
+    """A kernel forked with the grader's set-up (integrity.set_up) has it done before it answers anything: the audit
+    hook hands out the check, compiled, and the tests' modules are imported. The kernel runs the code as its parent
+    compiled it (warm.compile_once; it compiles none itself): a set-up that does not compile, or fails, leaves a
+    kernel that starts without the hook, whose first check then finds nothing set up (the grader fails the grading,
+    as where its set-up cell fails)."""
+    from autograder.grading import integrity
+    from autograder.kernel.manager import WarmParents
+    config = Config({"SandboxedKernelManager": {"warm_modules": []}})
+    probe = ("import sys\nfound = {}\nsys.audit('autograder.check', found)\n"
+             "print(type(found.get('CODE')).__name__, id(found.get('CODE')), 'colorsys' in sys.modules)")
+    broken = [{**integrity.set_up(["colorsys"]), "start": "raise ValueError('a set-up that fails')"},
+              {**integrity.set_up(["colorsys"]), "check": "a check that does not compile ("}]
+    pool = WarmParents(1, config).ready()
+    said = []
+    try:
+        assert pool.socket_of(0), "no warm parent on this machine"
+        for setup in (integrity.set_up(["colorsys"]), *broken, None):
+            manager, client = forked_in(config, pool.socket_of(0), **({"setup": setup} if setup else {}))
+            try:
+                said.append((manager.set_up, printed(client, probe).split()))
+            finally:
+                ended(manager, client)
+    finally:
+        pool.close()
+    (set_up, done), (_, failed), (_, uncompiled), (plain, none) = said
+    assert set_up and done[0] == "code" and done[2] == "True", said
+    assert failed[0] == uncompiled[0] == "NoneType", said
+    assert not plain and none[0] == "NoneType" and none[2] == "False", said  # no set-up asked for: none done
 
 
 def test_a_forked_kernel_gets_the_list_of_module_files_its_parent_made():

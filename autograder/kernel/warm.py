@@ -216,7 +216,38 @@ def run_kernel(order: dict, stdout: int, stderr: int) -> None:
         ipkernel.sys = sys
     if "ipywidgets" in sys.modules:  # the parent imported it before there was a kernel to register its comm targets with
         sys.modules["ipywidgets"].register_comm_target()
+    if order.get("setup"):
+        set_up(app.shell, order["setup"])
     app.start()
+
+
+def set_up(shell, setup: dict) -> None:
+    """The grader's set-up of its checks (integrity.set_up's parts: in_kernel/start.py's code, the check's, the modules to
+    import), run before the kernel answers anything, as its set-up cell runs in a kernel started afresh: no cell for
+    IPython to read twice, store and answer, and the code as the parent compiled it before it forked (`compile_once`: 3
+    ms a kernel). Where it fails, the kernel starts without it, and the grader's first check, which finds nothing set
+    up, says so."""
+    try:
+        namespace = {}
+        exec(COMPILED[setup["start"]], namespace)
+        namespace["start"](shell, COMPILED[setup["check"]], setup["modules"])
+    except BaseException as error:  # on the kernel's stderr: the grading's log
+        os.write(2, f"autograder warm kernel: the checks' set-up failed: {type(error).__name__}: {error}\n".encode())
+
+
+COMPILED: dict = {}  # source -> code, of the grader's set-up, compiled by the parent (compile_once)
+
+
+def compile_once(setup) -> None:
+    """The set-up's code (an order's "setup"), compiled by the parent before it forks the order's kernel: once for
+    every kernel of the batch. Code that does not compile is left out: the kernel's set-up then says so."""
+    for part in ("start", "check"):
+        source = setup.get(part) if isinstance(setup, dict) else None
+        if isinstance(source, str) and source not in COMPILED:
+            try:
+                COMPILED[source] = compile(source, "<autograder>", "exec")
+            except (SyntaxError, ValueError):
+                pass
 
 
 class ListedModules:
@@ -328,6 +359,7 @@ class Parent:
         except ValueError:
             connection.close()
             return
+        compile_once(order.get("setup"))
         # the child is PID 1 of a PID namespace of its own: killing it ends every process of the namespace, and its
         # end is reported once they are gone (a fork fewer than a child forking its PID 1: 6-10 ms with torch loaded).
         # A process may make one such namespace for its children: this one's own is taken back after each fork.

@@ -47,8 +47,9 @@ def install(ip, check):
 
 
 def start(ip, check, modules):
-    """Compile the check's source once, install the hook, then import `modules` (those the tests import)."""
-    install(ip, compile(check, "<autograder>", "exec"))
+    """Compile the check's source once (a forked kernel is given it compiled), install the hook, then import `modules`
+    (those the tests import)."""
+    install(ip, compile(check, "<autograder>", "exec") if isinstance(check, str) else check)
     for name in modules:
         try:
             __import__(name)
