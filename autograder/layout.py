@@ -16,6 +16,9 @@ TABLE, REPORT, SOLUTION_LOG, LOCK = "grades.csv", "report.html", "solution.log",
 SCRATCH_FOLDERS = {"source_directory": "source", "release_directory": "release", "submitted_directory": "submitted",
                    "autograded_directory": "autograded", "feedback_directory": "feedback"}
 SCRATCH_GRADEBOOK, EXPECTED = "gradebook.db", "expected.json"  # in a scratch course: its gradebook, the solution's values
+# A scratch course's one student, whoever handed in: its gradebook, copied from the batch's template, holds the
+# student's submission rows made once (grade_one.warm_up), not for each hand-in (nbgrader's add_submission: 7-9 ms)
+SCRATCH_STUDENT = "student"
 # What nbgrader's exchange keeps beside a hand-in: when it was submitted, and the secret its feedback is released under
 TIMESTAMP_FILE, SECRET_FILE = "timestamp.txt", "submission_secret.txt"
 
@@ -34,9 +37,9 @@ def scratch_gradebook(root) -> str:
     return f"sqlite:///{Path(root) / SCRATCH_GRADEBOOK}"
 
 
-def in_scratch(root, folder: str, student_id: str, assignment: str, notebook: str) -> Path:
+def in_scratch(root, folder: str, assignment: str, notebook: str) -> Path:
     """A notebook in a scratch course's nbgrader folder ('submitted', 'autograded', 'feedback'), as nbgrader puts it."""
-    return Path(root) / folder / student_id / assignment / notebook
+    return Path(root) / folder / SCRATCH_STUDENT / assignment / notebook
 
 
 def replace_file(target: Path, content: bytes | None = None, source: Path | None = None) -> None:

@@ -455,9 +455,11 @@ def test_checks_that_cannot_start_say_why_and_name_what_the_set_up_raised():
 def test_one_pass_in_memory_leaves_what_nbgraders_own_passes_from_the_files_leave(tmp_path):
     """grade_one.Autograded runs nbgrader's sanitize and autograde steps on the hand-in in memory, in one pass, and
     keeps the graded notebook; grade_one.Feedback makes the page from it. Graded with every test failing in place of
-    the execute step (grade_one.TestsFailed, the batch's rehearsal: no kernel): the autograded file, the gradebook's rows and the feedback page are those
-    nbgrader's own Autograde (two passes, each reading the file) and GenerateFeedback (reading autograded/) leave, and
-    the notebook kept is the one written. Fails when nbgrader changes what its converters do around the steps."""
+    the execute step (grade_one.TestsFailed, the batch's rehearsal: no kernel), on a gradebook holding the scratch
+    student's submission made beforehand (grade_one.scratch_submission, as the batch's template has it): the autograded
+    file, the gradebook's rows and the feedback page are those nbgrader's own Autograde (two passes, each reading the
+    file, the submission made by it) and GenerateFeedback (reading autograded/) leave, and the notebook kept is the one
+    written. Fails when nbgrader changes what its converters do around the steps."""
     from nbgrader.api import Gradebook
     from nbgrader.converters import Autograde, GenerateFeedback
     from nbgrader.coursedir import CourseDirectory
@@ -476,6 +478,11 @@ def test_one_pass_in_memory_leaves_what_nbgraders_own_passes_from_the_files_leav
     nb = source()
     left = {}
     for way in ("nbgrader's", "ours"):
+        if way == "ours":  # nbgrader's made the submission as it graded; ours finds it made, without scores
+            grade_one.scratch_submission(template, ASSIGNMENT)
+            with Gradebook(layout.scratch_gradebook(template)) as gb:
+                made = gb.find_submission_notebook(Path(NOTEBOOK).stem, ASSIGNMENT, layout.SCRATCH_STUDENT).grades
+                assert made and all(g.auto_score is None for g in made)
         job = Job(student_id="alice", assignment=ASSIGNMENT, notebook=NOTEBOOK, submitted="", template=str(template),
                   scratch=str(tmp_path / way), out=str(tmp_path / f"{way}-out"), config=config,
                   timestamp="2026-11-19 10:00:00.000000 UTC")
@@ -489,11 +496,11 @@ def test_one_pass_in_memory_leaves_what_nbgraders_own_passes_from_the_files_leav
         else:
             Autograde(**made).start()
             GenerateFeedback(**made).start()
-        graded = layout.in_scratch(root, "autograded", "alice", ASSIGNMENT, NOTEBOOK)
-        page = layout.in_scratch(root, "feedback", "alice", ASSIGNMENT, Path(NOTEBOOK).with_suffix(".html").name)
+        graded = layout.in_scratch(root, "autograded", ASSIGNMENT, NOTEBOOK)
+        page = layout.in_scratch(root, "feedback", ASSIGNMENT, Path(NOTEBOOK).with_suffix(".html").name)
         with Gradebook(layout.scratch_gradebook(root)) as gb:
             rows = {g.name: (g.auto_score, g.needs_manual_grade)
-                    for g in gb.find_submission_notebook(Path(NOTEBOOK).stem, ASSIGNMENT, "alice").grades}
+                    for g in gb.find_submission_notebook(Path(NOTEBOOK).stem, ASSIGNMENT, layout.SCRATCH_STUDENT).grades}
         left[way] = (graded.read_text(), page.read_text(), rows)
         if way == "ours":
             assert converter.graded == nbformat.read(graded, as_version=4), "the notebook kept is not the one written"

@@ -131,7 +131,7 @@ def course_config(job: Job, root: Path) -> Config:
     config.CourseDirectory.root = str(root)
     config.CourseDirectory.db_url = scratch_gradebook(root)
     config.CourseDirectory.assignment_id = job.assignment
-    config.CourseDirectory.student_id = job.student_id
+    config.CourseDirectory.student_id = layout.SCRATCH_STUDENT
     config.Autograde.create_student = True
     config.BaseConverter.force = True
     config.SandboxedKernelManager.warm = job.warm
@@ -157,7 +157,7 @@ def prepare(job: Job, nb) -> Path:
         shutil.copy(Path(job.template) / layout.SCRATCH_GRADEBOOK, root / layout.SCRATCH_GRADEBOOK)
     except OSError as error:
         raise GraderError(f"the batch's template course is unreadable ({error})") from None
-    target = in_scratch(root, "submitted", job.student_id, job.assignment, job.notebook)
+    target = in_scratch(root, "submitted", job.assignment, job.notebook)
     target.parent.mkdir(parents=True)
     # nbgrader finds the notebook by its file, then grades the one in memory (from_memory), which the file holds as
     # plain JSON: nbformat's indented, validated text costs 3 ms, for a file nobody reads
@@ -261,12 +261,12 @@ def scores(job: Job, graded) -> tuple[dict, dict, float, float]:
     as_shown, _ = HideHiddenTests(config=course_config(job, Path(job.scratch))).preprocess(copy.deepcopy(graded), {})
     failures = {gid: notebook.first_failure([cell]) for cell in as_shown.cells if (gid := notebook.grade_id(cell))}
     with Gradebook(scratch_gradebook(job.scratch)) as gb:
-        submitted = gb.find_submission_notebook(Path(job.notebook).stem, job.assignment, job.student_id)
+        submitted = gb.find_submission_notebook(Path(job.notebook).stem, job.assignment, layout.SCRATCH_STUDENT)
         cells = {g.name: {"score": float(g.score), "max_score": float(g.max_score),
                           "needs_manual_grade": bool(g.needs_manual_grade), "message": failures.get(g.name, "")}
                  for g in submitted.grades}
         comments = {c.name: c.auto_comment for c in submitted.comments if c.auto_comment}
-        late = float(gb.find_submission(job.assignment, job.student_id).total_seconds_late)
+        late = float(gb.find_submission(job.assignment, layout.SCRATCH_STUDENT).total_seconds_late)
         penalty = float(submitted.late_submission_penalty or 0)
     return cells, comments, late, penalty
 
@@ -346,7 +346,7 @@ def feedback(job: Job, graded) -> None:
     out/feedback/<student>.html."""
     config = course_config(job, Path(job.scratch))
     Feedback(coursedir=CourseDirectory(config=config), config=config, graded=graded).start()
-    html = in_scratch(job.scratch, "feedback", job.student_id, job.assignment, Path(job.notebook).with_suffix(".html").name)
+    html = in_scratch(job.scratch, "feedback", job.assignment, Path(job.notebook).with_suffix(".html").name)
     replace_file(output(job.out, "feedback", job.student_id), source=html)
 
 
@@ -381,12 +381,22 @@ def bookkeeping(job: Job, nb) -> None:
     feedback(job, converter.graded)
 
 
+def scratch_submission(template: Path, assignment: str) -> None:
+    """The submission of the scratch course's one student in the template's gradebook, as nbgrader's autograde makes it
+    for a first hand-in (the student, and the submission's rows without scores): each grading's copy of the gradebook
+    has them, and nbgrader's autograde only updates them (its timestamp), where it made them for each hand-in."""
+    with Gradebook(scratch_gradebook(template)) as gb:
+        gb.update_or_create_student(layout.SCRATCH_STUDENT)
+        gb.update_or_create_submission(assignment, layout.SCRATCH_STUDENT)
+
+
 def warm_up(config: Config, template: Path, assignment: str, notebook: str, tests: dict[str, str]) -> None:
     """A grading rehearsed once in the batch's own process before it forks them, and what it loads and keeps inherited:
     the release handed in as it is, its hand-in built with the instructor's `tests` (the hidden tests are every
     hand-in's) and read as a grading reads it (which lesson cells need not run; the execute step's reading of the
     tests), then graded as if every test had failed (no kernel: the batch's process must not hold one when it forks) by
-    nbgrader's steps, its scores read and its feedback made (`bookkeeping`): nbgrader's metadata schema checked, the
+    nbgrader's steps, its scores read and its feedback made (`bookkeeping`), on the gradebook's submission a grading
+    updates (`scratch_submission`): nbgrader's metadata schema checked, the
     kernel's spec read, SQLAlchemy's first use (0.15 s) and a grading's statements compiled in the engine the gradings
     inherit, the feedback page's templates compiled, the lesson's code highlighted and its markdown rendered, the tests'
     notices and messages made."""
@@ -406,6 +416,9 @@ def warm_up(config: Config, template: Path, assignment: str, notebook: str, test
     SandboxedKernelManager(config=config, kernel_name=kernel_name).kernel_spec
     (Path(job.out) / "feedback").mkdir(parents=True, exist_ok=True)
     try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SAWarning)
+            scratch_submission(template, assignment)
         with shared_engine(), warnings.catch_warnings():
             warnings.simplefilter("ignore", SAWarning)  # nbgrader's add_submission always sets SQLAlchemy off
             bookkeeping(job, rehearsed)
@@ -468,7 +481,7 @@ def grade(job: Job) -> Result:
     clock["a run without hidden tests, for visible tests' messages"] = time.perf_counter()
     if own := visible_errors(job, nb, graded, skip, lessons):
         graded.metadata.setdefault(FINDINGS, {})[VISIBLE_RUN] = own
-        replace_file(in_scratch(job.scratch, "autograded", job.student_id, job.assignment, job.notebook),
+        replace_file(in_scratch(job.scratch, "autograded", job.assignment, job.notebook),
                      content=nbformat.writes(graded).encode())
     clock["scores from the gradebook"] = time.perf_counter()
     cells, comments, late, penalty = scores(job, graded)
@@ -482,7 +495,7 @@ def grade(job: Job) -> Result:
         notes.append(f"its feedback page could not be made ({type(error).__name__}); see logs/{job.student_id}.log")
     clock["autograded notebook out"] = time.perf_counter()
     replace_file(output(job.out, "autograded", job.student_id),
-                 source=in_scratch(job.scratch, "autograded", job.student_id, job.assignment, job.notebook))
+                 source=in_scratch(job.scratch, "autograded", job.assignment, job.notebook))
     clock["end"] = time.perf_counter()
     status = problems[0][0] if problems else "graded"
     result = Result(student_id=job.student_id, assignment=job.assignment, notebook=job.notebook, status=status,
