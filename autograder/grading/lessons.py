@@ -25,13 +25,13 @@ MAGICS = {"run_line_magic", "run_cell_magic", "system", "getoutput"}  # their co
 IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
 
-def named_in_globals(statement: ast.stmt) -> tuple[set[str], bool]:
-    """Names read as `globals().get("x")` or `globals()["x"]`, and whether every `globals()` is read so (a test may
-    look a student's function up this way; any other use of globals() can read anything)."""
-    calls = [node for node in ast.walk(statement) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+def named_in_globals(nodes: list[ast.AST]) -> tuple[set[str], bool]:
+    """Names read as `globals().get("x")` or `globals()["x"]` in a statement's `nodes`, and whether every `globals()`
+    is read so (a test may look a student's function up this way; any other use of globals() can read anything)."""
+    calls = [node for node in nodes if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
              and node.func.id == "globals"]
     found, resolved = set(), set()
-    for node in ast.walk(statement):
+    for node in nodes:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" and node.args:
             inner, key = node.func.value, node.args[0]
         elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
@@ -56,13 +56,14 @@ def scope_names(statement: ast.stmt) -> tuple[set[str], set[str]]:
                 reads.add(symbol.get_name())
             if (symbol.is_assigned() or symbol.is_imported()) and (module or symbol.is_declared_global()):
                 binds.add(symbol.get_name())
-    looked_up, only_so = named_in_globals(statement)
+    nodes = list(ast.walk(statement))  # walked once, read three times (the walk is most of a cell's reading)
+    looked_up, only_so = named_in_globals(nodes)
     reads |= looked_up
     if only_so:
         reads.discard("globals")
     if isinstance(statement, ast.AugAssign) and isinstance(statement.target, ast.Name):
         reads.add(statement.target.id)  # `n += 1` reads n (in a function, n is local, or `global` and rare)
-    for node in ast.walk(statement):
+    for node in nodes:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MAGICS:
             for arg in node.args:  # `%timeit f(x)`: every word of a magic's code may be a name
                 if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
