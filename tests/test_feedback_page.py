@@ -113,6 +113,29 @@ def test_the_page_opens_with_the_summary_folds_the_lesson_and_fetches_nothing():
     assert "Exercise 1: backpropagation by hand" in outside
 
 
+def test_a_page_drawn_from_kept_cells_is_the_page_drawn_afresh_and_each_cell_keeps_its_own():
+    """The feedback page keeps each cell's HTML by the cell and the page's settings (FeedbackPage.kept_cell: a lesson's
+    cells are alike in every hand-in, drawn once per batch): 02's page drawn again, every cell kept, is the page drawn
+    afresh; a cell that differs in one output, or a page with other settings (the headings' anchor text), is drawn for
+    itself, not taken from the cells kept."""
+    from autograder.grading.feedback import FeedbackPage
+    nb = read(source_path("02_autograd"))
+    code = next(i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and not grading(cell))
+    nb.cells[code].outputs = [nbformat.v4.new_output("stream", text="first output\n")]
+    FeedbackPage.kept_cells.clear()
+    fresh = page_of(nb, "02_autograd")
+    kept = len(FeedbackPage.kept_cells)
+    assert kept >= len(nb.cells), "the page's cells were not kept"
+    assert page_of(nb, "02_autograd") == fresh and len(FeedbackPage.kept_cells) == kept
+    nb.cells[code].outputs[0].text = "another output\n"
+    assert "another output" in page_of(nb, "02_autograd"), "a cell was drawn as another cell kept"
+    exporter = feedback_exporter()
+    exporter.anchor_link_text = "LINK-TO-HERE"
+    other, _ = exporter.from_notebook_node(scored(copy.deepcopy(nb)), resources={"nbgrader": {
+        "notebook": "02_autograd", "score": 0, "max_score": 6, "late_penalty": 0}})
+    assert ">LINK-TO-HERE</a>" in other and "&#182;</a>" not in other, "a page has another page's kept cells"
+
+
 def test_a_lesson_cell_that_raised_is_not_folded_away():
     nb = source()
     lesson = next(cell for cell in nb.cells if cell.id == "lesson")

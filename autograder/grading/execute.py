@@ -23,7 +23,7 @@ from .integrity import (FAILED, PLAIN_TRACEBACKS, Canary, bound_by_import, isola
 from .judge import as_graded, sent, verdict, wants
 from .lessons import skippable
 from ..kernel.manager import SandboxedKernelManager
-from .notebook import FINDINGS, NOT_RUN, SKIPPED, Grading, error_output, grade_id, is_test
+from .notebook import FINDINGS, SKIPPED, Grading, error_output, grade_id, is_test, not_run_output
 from .step import Step
 
 def later_tests_of_its_exercise(nb, index: int) -> list[int]:
@@ -143,7 +143,7 @@ class GuardedExecute(Step, Execute):
             self.grader_says(cell, SKIPPED if isinstance(why, SkippedTest) else "GradingStopped", why)
             return cell
         if cell.id in self.lessons_skipped:
-            cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=NOT_RUN)]
+            cell.outputs = [not_run_output()]
             return cell
         if self.tampered:
             if is_test(cell):

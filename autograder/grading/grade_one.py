@@ -39,7 +39,7 @@ from .integrity import tests_read
 from ..kernel.manager import UNFENCED_WARNING, SandboxedKernelManager
 from .lessons import skippable
 from ..nbgrader_patches import forget_engines, schema_checked_once, share_engines, shared_engine
-from .notebook import FINDINGS, SKIPPED, Grading, error_output, is_test
+from .notebook import FINDINGS, SKIPPED, Grading, error_output, is_test, not_run_output
 from .step import Step
 from ..kernel.relay import visible
 from ..layout import in_scratch, output, replace_file, scratch_gradebook, write_exchange_files
@@ -351,11 +351,14 @@ def feedback(job: Job, graded) -> None:
 
 
 class TestsFailed(Step):
-    """The execute step's stand-in in a grading rehearsed without a kernel: each test cell fails as an assertion."""
+    """The execute step's stand-in in a grading rehearsed without a kernel: each test cell fails as an assertion; a
+    lesson cell the grading skips shows so, as the execute step's do (the feedback page keeps their HTML)."""
 
     def preprocess_cell(self, cell, resources, index):
         if is_test(cell):
             cell.outputs = [error_output("AssertionError", "")]
+        elif cell.id in getattr(resources.get(FINDINGS), "lessons_skipped", ()):
+            cell.outputs = [not_run_output()]
         return cell, resources
 
 
@@ -368,14 +371,16 @@ def as_if_tests_failed(config: Config) -> Config:
     return config
 
 
-def bookkeeping(job: Job, nb) -> None:
+def bookkeeping(job: Job, nb, lessons: set[str]) -> None:
     """nbgrader's steps of a grading on `nb` in the job's scratch course, every test failing instead of the execute
     step (TestsFailed), its scores read and its feedback made (into job.out): in the batch's process, through the one
     engine its gradings inherit (nbgrader_patches.shared_engine), which then holds their statements compiled
-    (SQLAlchemy compiles and keeps them per engine: 0.02-0.1 s of a grading's 0.2 s of gradebook work, on 03)."""
+    (SQLAlchemy compiles and keeps them per engine: 0.02-0.1 s of a grading's 0.2 s of gradebook work, on 03).
+    `lessons`: ids of the lesson cells a grading skips."""
     root = prepare(job, nb)
     config = as_if_tests_failed(course_config(job, root))
-    converter = Autograded(coursedir=CourseDirectory(config=config), config=config, grading=Grading(), notebook=nb)
+    converter = Autograded(coursedir=CourseDirectory(config=config), config=config, notebook=nb,
+                           grading=Grading(lessons_skipped=lessons))
     converter.start()
     scores(job, converter.graded)
     feedback(job, converter.graded)
@@ -398,14 +403,14 @@ def warm_up(config: Config, template: Path, assignment: str, notebook: str, test
     nbgrader's steps, its scores read and its feedback made (`bookkeeping`), on the gradebook's submission a grading
     updates (`scratch_submission`): nbgrader's metadata schema checked, the
     kernel's spec read, SQLAlchemy's first use (0.15 s) and a grading's statements compiled in the engine the gradings
-    inherit, the feedback page's templates compiled, the lesson's code highlighted and its markdown rendered, the tests'
-    notices and messages made."""
+    inherit, the feedback page's templates compiled, the lesson's code highlighted and its markdown rendered, its
+    cells drawn (markdown, and the code cells a grading skips), the tests' notices and messages made."""
     job = Job(student_id="warm-up", assignment=assignment, notebook=notebook, submitted="", template=str(template),
               scratch=str(template.parent / "warm-up"), out=str(template.parent / "warm-up-out"), config=config,
               tests=tests)
     release = release_of(job)
     rehearsed = handin.build(handin.sources(handin.load(nbformat.writes(release).encode()), release), release, tests)
-    skippable(rehearsed, release)
+    lessons = skippable(rehearsed, release)
     tests_read(rehearsed)
     # the language as a graded notebook has it, from its kernel (ipykernel's): its lexer highlights the code
     rehearsed.metadata["language_info"] = {**rehearsed.metadata.get("language_info", {}), "pygments_lexer": "ipython3"}
@@ -421,7 +426,7 @@ def warm_up(config: Config, template: Path, assignment: str, notebook: str, test
             scratch_submission(template, assignment)
         with shared_engine(), warnings.catch_warnings():
             warnings.simplefilter("ignore", SAWarning)  # nbgrader's add_submission always sets SQLAlchemy off
-            bookkeeping(job, rehearsed)
+            bookkeeping(job, rehearsed, lessons)
     finally:
         shutil.rmtree(job.scratch, ignore_errors=True)
         shutil.rmtree(job.out, ignore_errors=True)

@@ -19,6 +19,11 @@ NOT_RUN = "(not run in grading: a lesson cell as it was released, which the exer
 SKIPPED = "TestSkipped"  # the error a test cell shows when it was not run, as a test of its exercise ran out of time
 
 
+def not_run_output() -> NotebookNode:
+    """What a lesson cell the grading skips shows (lessons.py): the execute step's, and its stand-in's."""
+    return NotebookNode(output_type="stream", name="stdout", text=NOT_RUN)
+
+
 def error_output(ename: str, evalue: str) -> NotebookNode:
     return NotebookNode(output_type="error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
 
