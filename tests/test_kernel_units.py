@@ -281,6 +281,45 @@ def test_a_forked_kernel_runs_the_checks_set_up_as_it_starts_with_the_check_its_
     assert not plain and none[0] == "NoneType" and none[2] == "False", said  # no set-up asked for: none done
 
 
+def test_a_forked_kernel_answers_only_once_in_its_cgroups_and_never_where_it_cannot_be_moved(monkeypatch):
+    """The namespace's PID 1 moves itself and the kernel into the kernel's cgroups while the kernel starts (cgroup v1
+    makes each move wait ms), and the kernel answers nothing until told: once it answers, both are in each of its
+    cgroups. Where a move fails (here a cgroup.procs that cannot be written: /dev/full), PID 1 ends, and the kernel
+    with its namespace: it never answers."""
+    import psutil
+    from autograder.kernel import limits
+    from autograder.kernel.manager import WarmParents
+    if not limits.chosen().version:
+        pytest.skip("this machine offers no cgroups")
+    config = Config({"SandboxedKernelManager": {"warm_modules": []}})
+    pool = WarmParents(1, config).ready()
+    try:
+        assert pool.socket_of(0), "no warm parent on this machine"
+        manager, client = forked_in(config, pool.socket_of(0))
+        try:
+            inside = [{int(p) for p in procs.read_text().split()} for procs in manager.cgroup.procs]
+            assert inside and all(pids == inside[0] for pids in inside), inside
+            first, kernel = sorted(inside[0], key=lambda pid: psutil.Process(pid).create_time())
+            assert psutil.Process(kernel).ppid() == first, "not the namespace's PID 1 and its kernel"
+        finally:
+            ended(manager, client)
+
+        class Unwritable:  # a cgroup whose cgroup.procs refuses every write
+            procs, removed = [Path("/dev/full")], False
+
+            def peak(self):
+                return None
+
+            def remove(self):
+                self.removed = True
+        monkeypatch.setattr(SandboxedKernelManager, "new_cgroup", lambda self: Unwritable())
+        with pytest.raises(Exception):
+            manager, client = forked_in(config, pool.socket_of(0))
+            ended(manager, client)
+    finally:
+        pool.close()
+
+
 def test_a_forked_kernel_gets_the_list_of_module_files_its_parent_made():
     """IPythonKernel lists every loaded module's file as it is made, through ipykernel.ipkernel's `sys.modules` (the
     name warm.ListedModules stands in for, while the kernel is made): a forked kernel's list is the one its parent made

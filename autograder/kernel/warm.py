@@ -10,8 +10,9 @@ user namespace). Either way it first caps bwrap's private folders in files (bwra
 forbids new user namespaces in the sandbox's (a kernel exploit's reach stays as small as it is).
 
 The parent imports ipykernel, torch and MODULE... once, starts no thread, touches no CUDA, runs no student code, and
-listens on SOCKET. For each connection it forks a child, PID 1 of a PID namespace of its own, that joins the kernel's
-cgroups and forks that hand-in's kernel, in namespaces of its own: mounts (a fresh /tmp, /dev/shm and home with the
+listens on SOCKET. For each connection it forks a child, PID 1 of a PID namespace of its own, that forks that hand-in's
+kernel and moves itself and the kernel into the kernel's cgroups before the kernel answers anything, in namespaces of
+its own: mounts (a fresh /tmp, /dev/shm and home with the
 working folder, capped in size and files; the root and /dev read-only; every other hand-in's runtime folder, and the
 parent's socket, hidden), PIDs (a fresh /proc: no process of the parent's or another hand-in's is visible or signalled),
 network (loopback only, its own ports) and SysV IPC. The kernel becomes the sandbox's user without capabilities, with
@@ -190,13 +191,15 @@ def become_student(order: dict) -> None:
         resource.setrlimit(limit, (value, value))
 
 
-def run_kernel(order: dict, stdout: int, stderr: int) -> None:
-    """Become the kernel: as `python -m ipykernel_launcher -f CONNECTION_FILE` would, started in the working folder."""
+def run_kernel(order: dict, stdout: int, stderr: int, joined: int) -> None:
+    """Become the kernel: as `python -m ipykernel_launcher -f CONNECTION_FILE` would, started in the working folder;
+    answering nothing until `joined` (a pipe from the namespace's PID 1) says it is in its cgroups."""
     os.setsid()
     null = os.open("/dev/null", os.O_RDONLY)
     for fd, target in ((null, 0), (stdout, 1), (stderr, 2)):
         os.dup2(fd, target)
-    os.closerange(3, 1 << 16)
+    os.closerange(3, joined)
+    os.closerange(joined + 1, 1 << 16)
     become_student(order)
     os.chdir(order["work"])
     os.environ.clear()
@@ -218,6 +221,9 @@ def run_kernel(order: dict, stdout: int, stderr: int) -> None:
         sys.modules["ipywidgets"].register_comm_target()
     if order.get("setup"):
         set_up(app.shell, order["setup"])
+    if os.read(joined, 1) != b"1":  # PID 1 could not move it into its cgroups, and is gone: so is the namespace
+        os._exit(1)
+    os.close(joined)
     app.start()
 
 
@@ -289,32 +295,40 @@ def init(kernel: int) -> int:
             return code_of(status)
 
 
-def join_cgroups(fds: list[int]) -> None:
-    """This process, and so all it forks, into the kernel's cgroups, through their cgroup.procs files as the grader
+def join_cgroups(fds: list[int], pids: list[int]) -> None:
+    """The processes `pids` (0: this one) into the kernel's cgroups, through their cgroup.procs files as the grader
     opened them (with its permission, which this process need not have); then they are closed."""
     for fd in fds:
-        os.write(fd, b"0")
+        for pid in pids:
+            os.write(fd, str(pid).encode())
         os.close(fd)
 
 
 def child(order: dict, fds: list[int]) -> int:
-    """The hand-in's side of a fork, PID 1 of a PID namespace of its own (the parent made it for this fork): its
-    cgroups, its other namespaces and folders, then the kernel, whose end it waits for (`init`)."""
+    """The hand-in's side of a fork, PID 1 of a PID namespace of its own (the parent made it for this fork): its other
+    namespaces and folders, then the kernel, which it moves with itself into the kernel's cgroups, and whose end it
+    waits for (`init`)."""
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the warm parent gone, so is the namespace
     cgroups = order.get("cgroups", 0)
-    join_cgroups(fds[2:2 + cgroups])
     check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC), "unshare")
     loopback_up()
     private_folders(order, fds[2 + cgroups:])
     fresh_proc()
+    joined, tell = os.pipe()
     kernel = os.fork()
     if kernel == 0:
         try:
-            run_kernel(order, fds[0], fds[1])
+            os.close(tell)
+            run_kernel(order, fds[0], fds[1], joined)
         except BaseException as error:  # on the kernel's stderr: the grading's log
             import traceback
             os.write(2, f"autograder warm kernel: {type(error).__name__}: {error}\n{traceback.format_exc()}".encode())
         os._exit(1)
+    # Into the kernel's cgroups, this process and the kernel, while the kernel starts (it answers nothing before it
+    # is told, run_kernel): cgroup v1 makes each move wait for an RCU grace period, 5-14 ms. Should a move fail, this
+    # process ends, and the namespace with it.
+    join_cgroups(fds[2:2 + cgroups], [0, kernel])
+    os.write(tell, b"1")
     os.closerange(3, 1 << 16)  # PID 1 holds nothing of the hand-in's
     return init(kernel)
 
