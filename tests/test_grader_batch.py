@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder.grading.execute import NOT_RUN
+from autograder.grading.notebook import NOT_RUN
 from course import ROOT, nbgrader, read
 from handins import (ASSIGNMENT, CHILDREN, FIRST, MEMORY_HOG, NOISY, NOTEBOOK, OTHER, SECOND, STUBBORN_LOOP, WIDGETS,
                      colab, exercise_points, grade, handin, hidden_lines, html_text, leaked, release, replace_cell,
