@@ -320,6 +320,35 @@ def test_a_forked_kernel_answers_only_once_in_its_cgroups_and_never_where_it_can
         pool.close()
 
 
+def test_the_kernel_info_a_client_became_ready_with_answers_the_next_request_once():
+    """The grader's client keeps the kernel_info reply it became ready with: the next kernel_info request (nbconvert's
+    execute step makes one first thing) is answered by it at once, without a round trip; a later one is sent."""
+    from jupyter_client.utils import run_sync
+    from autograder.kernel.manager import WarmParents
+    config = Config({"SandboxedKernelManager": {"warm_modules": []}})
+    pool = WarmParents(1, config).ready()
+    try:
+        manager, blocking = forked_in(config, pool.socket_of(0))
+        client = manager.client()
+        try:
+            client.start_channels()
+            run_sync(client.wait_for_ready)(timeout=60)
+            first = client.kernel_info()
+            reply = client.kept_reply(first)
+            assert reply["msg_type"] == "kernel_info_reply" and reply["content"]["language_info"]["name"] == "python"
+            assert client.kept_reply(first) is None, "the kept reply answered twice"
+            second = client.kernel_info()
+            assert second != first and client.kept_reply(second) is None
+            while (answer := run_sync(client.shell_channel.get_msg)(timeout=30))["parent_header"]["msg_id"] != second:
+                pass
+            assert answer["msg_type"] == "kernel_info_reply"
+        finally:
+            client.stop_channels()
+            ended(manager, blocking)
+    finally:
+        pool.close()
+
+
 def test_a_forked_kernel_gets_the_list_of_module_files_its_parent_made():
     """IPythonKernel lists every loaded module's file as it is made, through ipykernel.ipkernel's `sys.modules` (the
     name warm.ListedModules stands in for, while the kernel is made): a forked kernel's list is the one its parent made

@@ -255,6 +255,13 @@ class GuardedExecute(Step, Execute):
 
     execute_cell = run_sync(async_execute_cell)  # nbclient binds its own coroutine here, not the override
 
+    async def async_wait_for_reply(self, msg_id, cell=None):
+        """nbclient's, answered at once where the client kept the reply (the kernel_info it became ready with)."""
+        kept = getattr(self.kc, "kept_reply", lambda _: None)(msg_id)
+        return kept if kept is not None else await super().async_wait_for_reply(msg_id, cell)
+
+    wait_for_reply = run_sync(async_wait_for_reply)
+
     async def _ask(self, code: str) -> tuple[dict | None, list[dict]]:
         """Send `code` as test cells are sent; the reply's content (None if none came) and the errors it showed."""
         start = time.perf_counter()
