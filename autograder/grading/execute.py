@@ -18,8 +18,8 @@ from traitlets import Float, Integer, default
 from torchcourse.format import HIDDEN, answer_cells, grading, test_cells
 from torchcourse.values import MIME
 
-from .integrity import (FAILED, PLAIN_TRACEBACKS, Canary, bound_by_import, isolated, names_used, set_up, setup, tests_read,
-                        what_changed)
+from .integrity import (FAILED, PLAIN_TRACEBACKS, Canary, bound_by_import, isolated, names_used, setup, setup_parts,
+                        tests_read, what_changed)
 from .judge import as_graded, sent, verdict, wants
 from .lessons import skippable
 from ..kernel.manager import SandboxedKernelManager
@@ -295,8 +295,8 @@ class GuardedExecute(Step, Execute):
         tests call (the others, never tried again, took 10 ms of a fresh kernel). Where the set-up fails, the check
         does not run and says so."""
         canary = Canary(probes=self.probes, watch=self.preload, detail=True)
-        set_up = getattr(self.km, "set_up", False)  # a forked kernel ran the set-up as it started (warm.set_up)
-        reply, errors = await self._ask(canary.code if set_up else canary.after(isolated(setup(self.preload))))
+        started_set_up = getattr(self.km, "checks_set_up", False)  # a forked kernel set them up (warm.set_up)
+        reply, errors = await self._ask(canary.code if started_set_up else canary.after(isolated(setup(self.preload))))
         report, problem = canary.read(reply, errors)
         if report is None:
             raised = f"; the set-up raised {reply.get('ename')}: {reply.get('evalue')}" if reply and \
@@ -383,7 +383,7 @@ class GuardedExecute(Step, Execute):
         # error), and a check's error is read as a plain traceback has it (integrity.own_line)
         self.extra_arguments = [*self.extra_arguments, PLAIN_TRACEBACKS]
         if isinstance(self.km, SandboxedKernelManager):  # a forked kernel runs the checks' set-up as it starts
-            kw["setup"] = set_up(self.preload)
+            kw["checks_setup"] = setup_parts(self.preload)
         start = time.perf_counter()
         try:
             await super().async_start_new_kernel(**kw)

@@ -308,7 +308,7 @@ class FeedbackPage(HTMLExporter):
 
     kept_markdown: dict[tuple, str] = {}  # a lesson's markdown cells, alike in every hand-in: as KeptHighlight's code
     kept_cells: dict[str, str] = {}  # each cell's HTML by the cell and the page's settings (kept_cell)
-    settings = ""  # what a cell's HTML depends on besides the cell: this exporter's settings, the notebook's language
+    cell_context = ""  # what a cell's HTML depends on besides the cell: this exporter's settings, the notebook's language
 
     @default("extra_loaders")
     def _nbgraders_templates(self):
@@ -332,7 +332,7 @@ class FeedbackPage(HTMLExporter):
         the cell and the page's settings. A lesson's cells (its markdown, and the code cells a grading skips) are
         alike in every hand-in: drawn once in the batch's process (grade_one.warm_up), which each grading forks
         (0.2-0.4 ms a cell)."""
-        key = f"{self.settings}\n{json.dumps(cell, sort_keys=True, default=str)}"
+        key = f"{self.cell_context}\n{json.dumps(cell, sort_keys=True, default=str)}"
         if key not in self.kept_cells:
             self.kept_cells[key] = caller()
         return self.kept_cells[key]
@@ -360,8 +360,8 @@ class FeedbackPage(HTMLExporter):
         # what else a cell's HTML depends on: this exporter's settings (a trait's value that is not JSON, by its
         # kind), the lexer, the notebook's widgets, and its folder where images are embedded
         folder = resources.get("metadata", {}).get("path", "") if self.embed_images else ""
-        self.settings = json.dumps([self.trait_values(config=True), lexer, nb.metadata.get("widgets"), folder],
-                                   sort_keys=True, default=lambda value: type(value).__qualname__)
+        self.cell_context = json.dumps([self.trait_values(config=True), lexer, nb.metadata.get("widgets"), folder],
+                                       sort_keys=True, default=lambda value: type(value).__qualname__)
         page, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
         page, heads = HEAD.subn(lambda head: f"{head.group()}\n{PAGE_POLICY}", page, count=1)
         if not heads:  # a policy outside <head> is ignored: no page rather than one that could run a hand-in's script

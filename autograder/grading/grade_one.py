@@ -401,9 +401,9 @@ def warm_up(config: Config, template: Path, assignment: str, notebook: str, test
     hand-in's) and read as a grading reads it (which lesson cells need not run; the execute step's reading of the
     tests), then graded as if every test had failed (no kernel: the batch's process must not hold one when it forks) by
     nbgrader's steps, its scores read and its feedback made (`bookkeeping`), on the gradebook's submission a grading
-    updates (`scratch_submission`): nbgrader's metadata schema checked, the
-    kernel's spec read, SQLAlchemy's first use (0.15 s) and a grading's statements compiled in the engine the gradings
-    inherit, the feedback page's templates compiled, the lesson's code highlighted and its markdown rendered, its
+    updates (`scratch_submission`): nbgrader's metadata schema checked, the kernel's spec read, SQLAlchemy's first use
+    (0.15 s) and a grading's statements compiled in the engine the gradings inherit, the feedback page's templates
+    compiled, the lesson's code highlighted and its markdown rendered, its
     cells drawn (markdown, and the code cells a grading skips), the tests' notices and messages made."""
     job = Job(student_id="warm-up", assignment=assignment, notebook=notebook, submitted="", template=str(template),
               scratch=str(template.parent / "warm-up"), out=str(template.parent / "warm-up-out"), config=config,
@@ -422,11 +422,10 @@ def warm_up(config: Config, template: Path, assignment: str, notebook: str, test
     (Path(job.out) / "feedback").mkdir(parents=True, exist_ok=True)
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", SAWarning)
-            scratch_submission(template, assignment)
-        with shared_engine(), warnings.catch_warnings():
             warnings.simplefilter("ignore", SAWarning)  # nbgrader's add_submission always sets SQLAlchemy off
-            bookkeeping(job, rehearsed, lessons)
+            scratch_submission(template, assignment)
+            with shared_engine():
+                bookkeeping(job, rehearsed, lessons)
     finally:
         shutil.rmtree(job.scratch, ignore_errors=True)
         shutil.rmtree(job.out, ignore_errors=True)

@@ -10,7 +10,7 @@ test is the test cell's own last line (Canary.after): it runs in the test's own 
 to run later can run, and a test that passes is itself the canary (its error is the canary's, taken out of the cell's
 outputs); after a test that failed, it is a cell of its own. The code the kernel runs is Python of its own in
 in_kernel/: start.py once before the notebook's first cell (the set-up cell, `setup`; a kernel forked from a warm
-parent runs it as it starts, `set_up`), check.py in each check.
+parent runs it as it starts, `setup_parts`), check.py in each check.
 
 These checks stop tampering in general, not an attack written against this file: code in the kernel sees every
 check it is sent. What they do not cover is written down in README.md ("What the grader defends against").
@@ -77,7 +77,7 @@ def setup(preload: list[str]) -> str:
     return f"{START}start(get_ipython(), {CHECK!r}, {list(preload)!r})\n"
 
 
-def set_up(preload: list[str]) -> dict:
+def setup_parts(preload: list[str]) -> dict:
     """The set-up's parts, for a forked kernel that runs them as it starts (warm.set_up): start.py's code, which defines
     `start`, the check's code, and the modules to import."""
     return {"start": START, "check": CHECK, "modules": list(preload)}

@@ -170,8 +170,8 @@ class SandboxedKernelManager(AsyncKernelManager):
                             "grading: the kernel is forked from it; empty: a kernel started afresh").tag(config=True)
 
     cgroup: limits.Cgroup | None = None  # this kernel's, where the machine offers cgroups (limits.py)
-    setup: dict | None = None  # the grader's set-up of its checks (integrity.set_up), which a forked kernel runs as it starts
-    set_up = False  # whether this kernel ran `setup` as it started (one forked from a warm parent does)
+    checks_setup: dict | None = None  # the set-up of the grader's checks (integrity.setup_parts), for a forked kernel
+    checks_set_up = False  # whether this kernel ran checks_setup as it started (one forked from a warm parent does)
     relay: Relay | None = None  # the kernel's own stdout and stderr, on their way to the grading's log
 
     @default("client_factory")
@@ -274,7 +274,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         """A kernel forked from the slot's warm parent where there is one and it answers; else started afresh, saying
         why in the grading's log."""
         self.kernel_id = self.kernel_id or kw.pop("kernel_id", str(uuid.uuid4()))
-        self.setup, self.set_up = kw.pop("setup", None), False  # not for a kernel started afresh's Popen
+        self.checks_setup, self.checks_set_up = kw.pop("checks_setup", None), False  # not for a fresh kernel's Popen
         if self.provisioner is None and self.warm:
             if os.path.exists(self.warm):
                 self.provisioner = WarmProvisioner(kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self)
@@ -426,7 +426,7 @@ class WarmProvisioner(LocalProvisioner):
                  "runtime_root": os.path.realpath(os.path.dirname(km.warm)), "home": sandbox.HOME,
                  "work": sandbox.WORK, "files": files, "memory": int(km.memory_gib * 2**30),
                  "processes": km.processes, "scratch": km.scratch_mib << 20, "inodes": km.scratch_inodes,
-                 "cgroups": len(cgroups), "setup": km.setup,
+                 "cgroups": len(cgroups), "setup": km.checks_setup,
                  "env": sandbox.environment(passed_env(), sandbox.HOME, "/tmp")}
         try:
             if len(fds) > 250:  # what one message may carry
@@ -436,7 +436,7 @@ class WarmProvisioner(LocalProvisioner):
             for fd in cgroups + fds:
                 os.close(fd)
         self.pid, self.pgid = self.process.pid, None
-        km.set_up = bool(km.setup)
+        km.checks_set_up = bool(km.checks_setup)
         self.cwd = kwargs.get("cwd")
         km.log.info("autograder: kernel forked from the slot's warm parent")
         return self.connection_info

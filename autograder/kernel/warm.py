@@ -12,18 +12,19 @@ forbids new user namespaces in the sandbox's (a kernel exploit's reach stays as 
 The parent imports ipykernel, torch and MODULE... once, starts no thread, touches no CUDA, runs no student code, and
 listens on SOCKET. For each connection it forks a child, PID 1 of a PID namespace of its own, that forks that hand-in's
 kernel and moves itself and the kernel into the kernel's cgroups before the kernel answers anything, in namespaces of
-its own: mounts (a fresh /tmp, /dev/shm and home with the
-working folder, capped in size and files; the root and /dev read-only; every other hand-in's runtime folder, and the
-parent's socket, hidden), PIDs (a fresh /proc: no process of the parent's or another hand-in's is visible or signalled),
-network (loopback only, its own ports) and SysV IPC. The kernel becomes the sandbox's user without capabilities, with
-the limits, and runs ipykernel; the child collects orphans until it ends.
+its own: mounts (a fresh /tmp, /dev/shm and home with the working folder, capped in size and files; the root and /dev
+read-only; every other hand-in's runtime folder, and the parent's socket, hidden), PIDs (a fresh /proc: no process of
+the parent's or another hand-in's is visible or signalled), network (loopback only, its own ports) and SysV IPC. The
+kernel becomes the sandbox's user without capabilities, with the limits, and runs ipykernel; the child collects
+orphans until it ends.
 Forking takes milliseconds where a fresh interpreter takes seconds to import torch (FACTS.md); a child that ends,
 however it ends, leaves the parent as it was, because the parent never runs what a child runs.
 
-The protocol, one JSON line each way: the grader sends its order with descriptors (SCM_RIGHTS: the kernel's stdout
-and stderr, the cgroup.procs files of its cgroups (order["cgroups"] of them), then the files beside the notebook); the
-parent answers {"started": pid}, then {"exit": code} when the kernel ended (128 + N for a signal, as bwrap reports it)
-and every process of its namespace is gone. The grader may send {"count": true, "uncounted": [PREFIX...]} (answer
+The protocol, one JSON line each way: the grader sends its order (order["setup"]: the set-up of its checks, which the
+kernel runs as it starts, `set_up`) with descriptors (SCM_RIGHTS: the kernel's stdout and stderr, the cgroup.procs
+files of its cgroups (order["cgroups"] of them), then the files beside the notebook); the parent answers
+{"started": pid}, then {"exit": code} when the kernel ended (128 + N for a signal, as bwrap reports it) and every
+process of its namespace is gone. The grader may send {"count": true, "uncounted": [PREFIX...]} (answer
 {"count": n}: the processes running beside the kernel, but those whose command line starts with a PREFIX) and
 {"kill": true}; closing the connection kills the kernel too.
 
@@ -228,7 +229,7 @@ def run_kernel(order: dict, stdout: int, stderr: int, joined: int) -> None:
 
 
 def set_up(shell, setup: dict) -> None:
-    """The grader's set-up of its checks (integrity.set_up's parts: in_kernel/start.py's code, the check's, the modules to
+    """The grader's set-up of its checks (integrity.setup_parts: in_kernel/start.py's code, the check's, the modules to
     import), run before the kernel answers anything, as its set-up cell runs in a kernel started afresh: no cell for
     IPython to read twice, store and answer, and the code as the parent compiled it before it forked (`compile_once`: 3
     ms a kernel). Where it fails, the kernel starts without it, and the grader's first check, which finds nothing set

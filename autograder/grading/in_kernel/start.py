@@ -1,10 +1,11 @@
-"""Run once in a fresh kernel, before the notebook's first cell (integrity.setup): an audit hook (it cannot be removed)
-that counts trace and profile functions being set, code objects of the kernel's machinery being swapped, and threads
-started to run the notebook's own code, so that a hook set and removed, or a thread started and ended, within one test
-cell is still seen. `sys.audit("autograder.audit", d)` copies the counts into d; `sys.audit("autograder.check", d)`
-puts the check (check.py, compiled here once: 4-5 ms a check otherwise) into d["CODE"], with d["CLOCK"] the clock it
-times itself by (time.perf_counter, as it is before the notebook runs). Then the modules the tests import, so that
-the checks know them before the notebook could put others in their place."""
+"""Run once in a fresh kernel, before the notebook's first cell (integrity.setup's cell; a kernel forked from a warm
+parent runs it as it starts, warm.set_up): an audit hook (it cannot be removed) that counts trace and profile
+functions being set, code objects of the kernel's machinery being swapped, and threads started to run the notebook's
+own code, so that a hook set and removed, or a thread started and ended, within one test cell is still seen.
+`sys.audit("autograder.audit", d)` copies the counts into d; `sys.audit("autograder.check", d)` puts the check
+(check.py, compiled here once, or by the warm parent: 4-5 ms a check otherwise) into d["CODE"], with d["CLOCK"] the
+clock it times itself by (time.perf_counter, as it is before the notebook runs). Then the modules the tests import,
+so that the checks know them before the notebook could put others in their place."""
 import sys
 import threading
 import time
