@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -223,20 +224,27 @@ def test_a_warm_parents_malloc_heap_is_in_huge_pages_where_the_machine_offers_th
         pool.close()
 
 
-def said_in_a_forked_kernel(code: str) -> str:
-    """What `code` prints in a kernel forked from a warm parent of its own (warm modules: torch and ipykernel's)."""
+@contextmanager
+def a_warm_parent():
+    """A warm parent of its own (warm modules: torch and ipykernel's): (its configuration, its socket)."""
     from autograder.kernel.manager import WarmParents
     config = Config({"SandboxedKernelManager": {"warm_modules": []}})
     pool = WarmParents(1, config).ready()
     try:
         assert pool.socket_of(0), "no warm parent on this machine"
-        manager, client = forked_in(config, pool.socket_of(0))
+        yield config, pool.socket_of(0)
+    finally:
+        pool.close()
+
+
+def said_in_a_forked_kernel(code: str) -> str:
+    """What `code` prints in a kernel forked from a warm parent of its own."""
+    with a_warm_parent() as (config, socket):
+        manager, client = forked_in(config, socket)
         try:
             return printed(client, code)
         finally:
             ended(manager, client)
-    finally:
-        pool.close()
 
 
 def test_a_gloo_process_group_forms_in_a_forked_kernel():
@@ -257,28 +265,22 @@ def test_a_forked_kernel_runs_the_checks_set_up_as_it_starts_with_the_check_its_
     kernel that starts without the hook, whose first check then finds nothing set up (the grader fails the grading,
     as where its set-up cell fails)."""
     from autograder.grading import integrity
-    from autograder.kernel.manager import WarmParents
-    config = Config({"SandboxedKernelManager": {"warm_modules": []}})
     probe = ("import sys\nfound = {}\nsys.audit('autograder.check', found)\n"
-             "print(type(found.get('CODE')).__name__, id(found.get('CODE')), 'colorsys' in sys.modules)")
+             "print(type(found.get('CODE')).__name__, 'colorsys' in sys.modules)")
     broken = [{**integrity.setup_parts(["colorsys"]), "start": "raise ValueError('a set-up that fails')"},
               {**integrity.setup_parts(["colorsys"]), "check": "a check that does not compile ("}]
-    pool = WarmParents(1, config).ready()
     said = []
-    try:
-        assert pool.socket_of(0), "no warm parent on this machine"
+    with a_warm_parent() as (config, socket):
         for setup in (integrity.setup_parts(["colorsys"]), *broken, None):
-            manager, client = forked_in(config, pool.socket_of(0), **({"checks_setup": setup} if setup else {}))
+            manager, client = forked_in(config, socket, **({"checks_setup": setup} if setup else {}))
             try:
                 said.append((manager.checks_set_up, printed(client, probe).split()))
             finally:
                 ended(manager, client)
-    finally:
-        pool.close()
     (set_up, done), (_, failed), (_, uncompiled), (plain, none) = said
-    assert set_up and done[0] == "code" and done[2] == "True", said
+    assert set_up and done == ["code", "True"], said
     assert failed[0] == uncompiled[0] == "NoneType", said
-    assert not plain and none[0] == "NoneType" and none[2] == "False", said  # no set-up asked for: none done
+    assert not plain and none == ["NoneType", "False"], said  # no set-up asked for: none done
 
 
 def test_a_forked_kernel_answers_only_once_in_its_cgroups_and_never_where_it_cannot_be_moved(monkeypatch):
@@ -288,14 +290,10 @@ def test_a_forked_kernel_answers_only_once_in_its_cgroups_and_never_where_it_can
     with its namespace: it never answers."""
     import psutil
     from autograder.kernel import limits
-    from autograder.kernel.manager import WarmParents
     if not limits.chosen().version:
         pytest.skip("this machine offers no cgroups")
-    config = Config({"SandboxedKernelManager": {"warm_modules": []}})
-    pool = WarmParents(1, config).ready()
-    try:
-        assert pool.socket_of(0), "no warm parent on this machine"
-        manager, client = forked_in(config, pool.socket_of(0))
+    with a_warm_parent() as (config, socket):
+        manager, client = forked_in(config, socket)
         try:
             inside = [{int(p) for p in procs.read_text().split()} for procs in manager.cgroup.procs]
             assert inside and all(pids == inside[0] for pids in inside), inside
@@ -315,21 +313,16 @@ def test_a_forked_kernel_answers_only_once_in_its_cgroups_and_never_where_it_can
                 self.removed = True
         monkeypatch.setattr(SandboxedKernelManager, "new_cgroup", lambda self: Unwritable())
         with pytest.raises(Exception):
-            manager, client = forked_in(config, pool.socket_of(0))
+            manager, client = forked_in(config, socket)
             ended(manager, client)
-    finally:
-        pool.close()
 
 
 def test_the_kernel_info_a_client_became_ready_with_answers_the_next_request_once():
     """The grader's client keeps the kernel_info reply it became ready with: the next kernel_info request (nbconvert's
     execute step makes one first thing) is answered by it at once, without a round trip; a later one is sent."""
     from jupyter_client.utils import run_sync
-    from autograder.kernel.manager import WarmParents
-    config = Config({"SandboxedKernelManager": {"warm_modules": []}})
-    pool = WarmParents(1, config).ready()
-    try:
-        manager, blocking = forked_in(config, pool.socket_of(0))
+    with a_warm_parent() as (config, socket):
+        manager, blocking = forked_in(config, socket)
         client = manager.client()
         try:
             client.start_channels()
@@ -346,8 +339,6 @@ def test_the_kernel_info_a_client_became_ready_with_answers_the_next_request_onc
         finally:
             client.stop_channels()
             ended(manager, blocking)
-    finally:
-        pool.close()
 
 
 def test_a_forked_kernel_gets_the_list_of_module_files_its_parent_made():
