@@ -171,7 +171,6 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     cgroup: limits.Cgroup | None = None  # this kernel's, where the machine offers cgroups (limits.py)
     checks_setup: dict | None = None  # the set-up of the grader's checks (integrity.setup_parts), for a forked kernel
-    checks_set_up = False  # whether this kernel ran checks_setup as it started (one forked from a warm parent does)
     relay: Relay | None = None  # the kernel's own stdout and stderr, on their way to the grading's log
 
     @default("client_factory")
@@ -181,6 +180,11 @@ class SandboxedKernelManager(AsyncKernelManager):
     @default("context")
     def _process_context(self):
         return process_context()
+
+    @property
+    def checks_set_up(self) -> bool:
+        """Whether this kernel ran checks_setup as it started: one forked from a warm parent does (warm.set_up)."""
+        return bool(self.checks_setup) and isinstance(self.provisioner, WarmProvisioner)
 
     @default("transport")
     def _ipc(self):
@@ -274,7 +278,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         """A kernel forked from the slot's warm parent where there is one and it answers; else started afresh, saying
         why in the grading's log."""
         self.kernel_id = self.kernel_id or kw.pop("kernel_id", str(uuid.uuid4()))
-        self.checks_setup, self.checks_set_up = kw.pop("checks_setup", None), False  # not for a fresh kernel's Popen
+        self.checks_setup = kw.pop("checks_setup", None)  # not for a kernel started afresh's Popen
         if self.provisioner is None and self.warm:
             if os.path.exists(self.warm):
                 self.provisioner = WarmProvisioner(kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self)
@@ -436,7 +440,6 @@ class WarmProvisioner(LocalProvisioner):
             for fd in cgroups + fds:
                 os.close(fd)
         self.pid, self.pgid = self.process.pid, None
-        km.checks_set_up = bool(km.checks_setup)
         self.cwd = kwargs.get("cwd")
         km.log.info("autograder: kernel forked from the slot's warm parent")
         return self.connection_info

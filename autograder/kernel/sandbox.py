@@ -8,12 +8,12 @@
 Inside, the kernel sees the machine's programs and libraries (/usr), the --read-only folders (the Python environment,
 the course's data), its runtime folder (connection file and ipc sockets), in a warm parent's sandbox the machine's huge
 page settings (read-only, for glibc: HUGE_HEAP), and a private, empty home with its working folder, /tmp and /dev/shm,
-each capped in size and in files; nothing else, and nothing it can write but these. It has
-its own PID, network (loopback only), IPC, UTS and user namespaces, runs as an unprivileged user with limits on memory
-and processes, in the --cgroup cgroups the grader made for it (joined before anything else runs), and dies with its
-parent. Inside the sandbox warm.py runs first, with the capabilities of the sandbox's user namespace: it caps the
-private folders in files (bwrap's --tmpfs takes a size alone), makes the rest read-only, drops the capabilities and
-becomes the kernel (warm.py's launch). --plain: bwrap's own user namespace, where nothing inside has a capability
+each capped in size and in files; nothing else, and nothing it can write but these. It has its own PID, network
+(loopback only), IPC, UTS and user namespaces, runs as an unprivileged user with limits on memory and processes, in
+the --cgroup cgroups the grader made for it (joined before anything else runs), and dies with its parent. Inside the
+sandbox warm.py runs first, with the capabilities of the sandbox's user namespace: it caps the private folders in
+files (bwrap's --tmpfs takes a size alone), makes the rest read-only, drops the capabilities and becomes the kernel
+(warm.py's launch). --plain: bwrap's own user namespace, where nothing inside has a capability
 (for an ordinary user's machine where ours cannot be used: --check says): private folders capped in size alone.
 
 Run as a script (not -m): nothing of the grader is imported, and the kernel starts with a clean sys.path.
